@@ -1,0 +1,67 @@
+"""Backend selection: `"numpy"`, `"cupy"` or `"auto"` (CuPy when a GPU is usable).
+
+`gpu_available()` never raises: cupy may be missing, present without a driver
+(`cudaErrorInsufficientDriver`, `CUDARuntimeError` at first allocation), or
+broken; every such case means "no GPU" and `auto` falls back to NumPy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .numpy_sim import NumpyBackend, StreamSimulator
+from .protocol import Backend, EventRef, StreamRef
+
+_GPU_OK: bool | None = None
+
+
+def _probe_gpu() -> bool:
+    try:
+        import cupy
+    except Exception:
+        return False
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return False
+        x = cupy.arange(4, dtype=cupy.int32)  # first allocation + kernel launch
+        return int(x.sum()) == 6
+    except Exception:
+        return False
+
+
+def gpu_available(refresh: bool = False) -> bool:
+    """True iff cupy imports, sees a device, and can allocate and run a kernel."""
+    global _GPU_OK
+    if _GPU_OK is None or refresh:
+        _GPU_OK = _probe_gpu()
+    return _GPU_OK
+
+
+def make_backend(kind: str | Backend = "auto", **kwargs: Any) -> Backend:
+    """Build a backend. `kind` may also be an already-built backend object."""
+    if not isinstance(kind, str):
+        return kind
+    if kind == "numpy":
+        return NumpyBackend(**kwargs)
+    if kind == "cupy":
+        from .cupy_backend import CupyBackend
+
+        return CupyBackend(**{k: v for k, v in kwargs.items() if k == "disk_dir"})
+    if kind == "auto":
+        if gpu_available():
+            from .cupy_backend import CupyBackend
+
+            return CupyBackend(**{k: v for k, v in kwargs.items() if k == "disk_dir"})
+        return NumpyBackend(**kwargs)
+    raise ValueError(f"backend must be 'numpy', 'cupy' or 'auto', got {kind!r}")
+
+
+__all__ = [
+    "Backend",
+    "EventRef",
+    "NumpyBackend",
+    "StreamRef",
+    "StreamSimulator",
+    "gpu_available",
+    "make_backend",
+]

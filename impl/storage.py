@@ -1,0 +1,275 @@
+"""Levels, slots, pages, eviction and migration (the storage half of the manager).
+
+One `SlotAllocator` and one `EvictionQueue` per (level, pool group); one slot
+pool array per (level, pool group). Everything that mutates goes through an
+`Op` (see `undo.py`), so any failure rolls back exactly.
+
+Evictable rule: `(DROPPABLE and committed) or (HELD and level < last_level)`,
+except that pocket pages are never evictable under the `pin` policy. A page is
+in its level's queue iff evictable (outside an operation); `requeue` restores
+that after every status/level change.
+
+Cascade (`make_room`): while level L lacks free slots, take the victim policy's
+choice from L's queue. At the last level it is dropped (only DROPPABLE
+committed pages are queued there). Otherwise make one slot free at L+1
+(recursively); if that fails, a DROPPABLE victim is dropped instead (the
+nested attempt is rolled back first) and a HELD one fails the operation.
+Then the victim migrates to L+1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from kvpocket.model.config import GPU_LEVEL, NO_SLOT, KVConfig, PocketPolicy
+
+from .allocator import Events, FirstSlotPolicy, SlotAllocator, SlotPolicy
+from .backend.protocol import Backend, EventRef, StreamRef
+from .errors import CopyFailedError, InjectedAllocationError, OutOfPagesError, SlotChoiceError
+from .eviction import EvictionQueue, QueueOrderVictimPolicy, VictimPolicy
+from .page import Page
+from .radix import RadixTree
+from .undo import Op
+
+
+class Storage:
+    def __init__(
+        self, cfg: KVConfig, backend: Backend, slot_elems: int, dtype: Any,
+        slot_policy: SlotPolicy | None = None, victim_policy: VictimPolicy | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.last = cfg.last_level
+        self.pin = cfg.pocket.policy is PocketPolicy.PIN
+        groups = range(cfg.num_pool_groups)
+        self.allocs = [[SlotAllocator(lv, g, n) for g in groups]
+                       for lv, n in enumerate(cfg.slots_per_level)]
+        self.queues = [[EvictionQueue(lv, g) for g in groups] for lv in range(cfg.num_levels)]
+        self.pools = [[backend.create_pool(lv, n, slot_elems, dtype) for _ in groups]
+                      for lv, n in enumerate(cfg.slots_per_level)]
+        self.pages: dict[int, Page] = {}
+        self.next_pid = 0
+        self.tree = RadixTree(cfg.num_life_cycles, cfg.tokens_per_block)
+        self.copy_stream = backend.new_stream("copy")
+        self.slot_policy: SlotPolicy = slot_policy or FirstSlotPolicy()
+        self.victim_policy: VictimPolicy = victim_policy or QueueOrderVictimPolicy()
+        self.fail_next_alloc = False
+        self.fail_next_copy = False
+        self._new_events: set[int] = set()  # ids of events recorded by the current op
+
+    # ---- pages -------------------------------------------------------------------------
+    def new_page(
+        self, lc: int, level: int, slot: int, owner: int | None, ordinal: int, op: Op
+    ) -> Page:
+        lcfg = self.cfg.life_cycles[lc]
+        page = Page(self.next_pid, lc, lcfg.pool_group, level, slot, lcfg.priority, owner, ordinal)
+        op.set(self, "next_pid", self.next_pid + 1)
+        self.pages[page.pid] = page
+        op.on_undo(self.pages.pop, page.pid)
+        return page
+
+    def _kill(self, page: Page, op: Op) -> None:
+        assert page.locks == 0 and page.holds == 0
+        del self.pages[page.pid]
+        op.on_undo(self.pages.__setitem__, page.pid, page)
+        op.set(page, "alive", False)
+
+    def evictable(self, page: Page) -> bool:
+        if page.locks:
+            return False
+        if page.holds:
+            if self.pin and page.pocket_owner is not None:
+                return False
+            return page.level < self.last
+        return page.committed
+
+    def requeue(self, page: Page, op: Op) -> None:
+        q = self.queues[page.level][page.group]
+        want = page.alive and page.has_slot and self.evictable(page)
+        if want and page.pid not in q:
+            q.push(page.pid, page.priority, op)
+        elif not want and page.pid in q:
+            q.remove(page.pid, op)
+
+    def unqueue(self, page: Page, op: Op) -> None:
+        """Remove a page from whatever queue holds it (no-op if none)."""
+        for qs in self.queues:
+            q = qs[page.group]
+            if page.pid in q:
+                q.remove(page.pid, op)
+                return
+
+    def settle(self, page: Page, op: Op, seq: int | None) -> None:
+        """After a lock/hold went away: an unowned uncommitted page dies, else requeue."""
+        if page.locks == 0 and page.holds == 0 and not page.committed:
+            self.unqueue(page, op)
+            if page.has_slot:
+                self.release_slot(page, op, seq)
+            self._kill(page, op)
+        else:
+            self.requeue(page, op)
+
+    # ---- events ------------------------------------------------------------------------
+    def begin_op(self) -> None:
+        self._new_events.clear()
+
+    def fence(self, page: Page, op: Op, seq: int | None) -> Events:
+        """Events that cover every use of the page's slot so far (recording, on each
+        stream that used it, at most one event per stream per operation)."""
+        if not page.users:
+            return page.events
+        evs = [self.stream_fence(s, op, seq) for s in page.users]
+        op.set(page, "users", ())
+        op.set(page, "events", tuple(evs))
+        return page.events
+
+    def stream_fence(self, stream: StreamRef, op: Op, seq: int | None) -> EventRef:
+        ev: EventRef | None = op.fences.get(stream.id)
+        if ev is None:
+            ev = self.backend.new_event()
+            ev.stream = stream  # known now; the record itself is deferred to commit
+            self._new_events.add(ev.id)
+            op.fences[stream.id] = ev
+            backend, e = self.backend, ev
+            op.defer(lambda: backend.record(e, stream))
+            op.count("events_recorded", seq)
+        return ev
+
+    def done(self, ev: EventRef) -> bool:
+        return ev.id not in self._new_events and self.backend.query(ev)
+
+    def ready(self, evs: Events) -> bool:
+        return all(self.done(e) for e in evs)
+
+    def wait_for(self, stream: StreamRef, evs: Events, op: Op, seq: int | None) -> None:
+        """Make `stream` wait on the events it is not already ordered after."""
+        for ev in evs:
+            if ev.stream is None or ev.stream.id == stream.id or self.done(ev):
+                continue
+            backend, e = self.backend, ev
+            op.defer(lambda: backend.wait_event(stream, e))
+            op.count("cross_stream_waits", seq)
+
+    # ---- slots -------------------------------------------------------------------------
+    def alloc(self, level: int, group: int, op: Op, seq: int | None) -> tuple[int, Events]:
+        if self.fail_next_alloc:
+            self.fail_next_alloc = False  # consumed outside the undo log on purpose
+            raise InjectedAllocationError(f"injected allocation failure at level {level}")
+        a = self.allocs[level][group]
+        if a.num_free == 0:
+            raise OutOfPagesError(f"no free slot at level {level}, pool group {group}")
+        slot = self.slot_policy.choose(level, group, a.candidates(self.ready))
+        evs = a.take(slot, op)
+        op.choose(("alloc", level, group, slot))
+        op.count("alloc_calls", seq)
+        return slot, evs
+
+    def release_slot(self, page: Page, op: Op, seq: int | None) -> None:
+        evs = self.fence(page, op, seq)
+        self.allocs[page.level][page.group].release(page.slot, evs, op)
+        op.set(page, "slot", NO_SLOT)
+        op.count("releases", seq)
+
+    # ---- eviction cascade --------------------------------------------------------------
+    def make_room(self, level: int, group: int, n: int, op: Op, seq: int | None) -> None:
+        a = self.allocs[level][group]
+        if n > a.capacity:
+            raise OutOfPagesError(
+                f"{n} slots requested at level {level}, pool group {group}; "
+                f"capacity is {a.capacity}"
+            )
+        q = self.queues[level][group]
+        while a.num_free < n:
+            pid = self.victim_policy.choose(level, group, q)
+            if pid is None:
+                raise OutOfPagesError(
+                    f"level {level}, pool group {group}: need {n} free slots, "
+                    f"{a.num_free} free and nothing left to evict"
+                )
+            if pid not in q:
+                raise SlotChoiceError(f"victim {pid} is not queued at level {level}")
+            self.evict(self.pages[pid], op, seq)
+
+    def evict(self, page: Page, op: Op, seq: int | None) -> None:
+        level = page.level
+        self.queues[level][page.group].remove(page.pid, op)
+        op.choose(("evict", level, page.group, page.pid))
+        op.count("evictions", seq)
+        if level == self.last:
+            assert page.holds == 0 and page.locks == 0 and page.committed, page
+            self.drop(page, op, seq)
+            return
+        sp = op.savepoint()
+        try:
+            self.make_room(level + 1, page.group, 1, op, seq)
+        except OutOfPagesError as exc:
+            op.rollback_to(sp)
+            if isinstance(exc, InjectedAllocationError):
+                raise
+            if page.holds == 0 and page.locks == 0:
+                self.drop(page, op, seq)
+                return
+            raise
+        self.migrate(page, level + 1, op, seq)
+        self.requeue(page, op)
+
+    def drop(self, page: Page, op: Op, seq: int | None) -> None:
+        """Destroy a DROPPABLE committed page: unlink from the tree, free its slot."""
+        assert page.committed and page.holds == 0 and page.locks == 0, page
+        op.choose(("drop", page.level, page.pid))
+        op.count("drops", seq)
+        self.unqueue(page, op)
+        if page.node is not None:
+            self.tree.unset_page(page.node, page.lc, op)
+        if page.has_slot:
+            self.release_slot(page, op, seq)
+        self._kill(page, op)
+
+    def migrate(self, page: Page, dst_level: int, op: Op, seq: int | None) -> None:
+        """Move a page to another level: async copy on the copy stream, ordered after
+        the source's last use and the destination slot's previous owner."""
+        if self.fail_next_copy:
+            self.fail_next_copy = False
+            raise CopyFailedError(f"injected copy failure migrating page {page.pid}")
+        src_level, src_slot = page.level, page.slot
+        dst_slot, dst_evs = self.alloc(dst_level, page.group, op, seq)
+        src_evs = self.fence(page, op, seq)
+        cs = self.copy_stream
+        self.wait_for(cs, src_evs + dst_evs, op, seq)
+        ev = self.backend.new_event()
+        ev.stream = cs
+        self._new_events.add(ev.id)
+        backend = self.backend
+        dst_pool = self.pools[dst_level][page.group]
+        src_pool = self.pools[src_level][page.group]
+
+        def run() -> None:
+            backend.copy_slot(cs, dst_pool, dst_slot, src_pool, src_slot)
+            backend.record(ev, cs)
+
+        op.defer(run)
+        op.count("events_recorded", seq)
+        op.count("migrations", seq)
+        op.set(page, "level", dst_level)
+        op.set(page, "slot", dst_slot)
+        op.set(page, "events", (ev,))
+        self.allocs[src_level][page.group].release(src_slot, (ev,), op)
+        op.count("releases", seq)
+        op.choose(("migrate", page.pid, src_level, dst_level, dst_slot))
+
+    def bring_to_gpu(self, pages: list[Page], op: Op, seq: int | None) -> None:
+        """Migrate (already unqueued) pages up to GPU, making room first."""
+        need = [0] * self.cfg.num_pool_groups
+        for p in pages:
+            if p.level != GPU_LEVEL:
+                need[p.group] += 1
+        for g, n in enumerate(need):
+            if n:
+                self.make_room(GPU_LEVEL, g, n, op, seq)
+        for p in pages:
+            if p.level != GPU_LEVEL:
+                self.migrate(p, GPU_LEVEL, op, seq)
+
+    def iter_pages(self) -> Iterator[Page]:
+        return iter(self.pages.values())

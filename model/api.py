@@ -1,0 +1,501 @@
+"""The sequence layer: API and environment actions as programs over page actions.
+
+Each program takes an executor (`model/executor.py`) and concrete arguments.
+Loops are bounded by the configuration; branches on state go through
+`ex.when`; every pick goes through `ex.choose`. An `ex.fail` (OutOfPages) makes
+the whole API action roll back to its pre-state; the caller reports False.
+Preconditions on the arguments (`ex.require`) raise a UsageError before any
+state changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from .config import GPU_LEVEL, NONE, CommitState, PageStatus, PocketPolicy, SeqStatus
+from .errors import (
+    CapacityError,
+    CommitError,
+    HistoryDecreaseError,
+    SequenceStateError,
+    UnknownSequenceError,
+)
+from .executor import Executor
+from .logic import Term
+from .pages import pocket_size, pool_group, priority
+from .state import State, status
+
+# ---- small derived terms -------------------------------------------------------------------
+
+
+def _stale(ex: Executor, lc: int, o: int, h: Term) -> Term:
+    """Block o of life cycle lc is out of the window at history h (sinks never are)."""
+    life = ex.lay.cfg.life_cycles[lc]
+    t = ex.lay.cfg.tokens_per_block
+    if life.window is None or o < -(-life.sink_tokens // t):
+        return ex.ops.const(False)
+    return ex.ops.le((o + 1) * t, ex.ops.sub(ex.ops.add(h, 1), life.window))
+
+
+def _in_cap(ex: Executor, o: int, cap: Term) -> Term:
+    return ex.ops.lt(o * ex.lay.cfg.tokens_per_block, cap)
+
+
+def _entry(ex: Executor, seq: int, lc: int, o: int) -> tuple[Term, Term]:
+    e = ex.lay.entry_ix(ex.ops, seq, lc, o)
+    return ex.s.entry[e], ex.s.entry_locked[e]
+
+
+def _free_count(ex: Executor, level: int, pg: int) -> Term:
+    base = ex.lay.level_offset(level) + pg * ex.lay.slots_at(level)
+    return ex.ops.count([
+        ex.ops.eq(ex.s.slot_owner[base + i], NONE) for i in range(ex.lay.slots_at(level))
+    ])
+
+
+def _slot_is_free(ex: Executor, level: int, pg: Term) -> Callable[[int], Term]:
+    def legal(slot: int) -> Term:
+        ix = ex.lay.slot_ix(ex.ops, level, pg, slot)
+        return ex.ops.eq(ex.ops.lookup(ex.s.slot_owner, ix, 0), NONE)
+    return legal
+
+
+def _queue_head_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
+    ops, s, lay = ex.ops, ex.s, ex.lay
+
+    def legal(p: int) -> Term:
+        same = [q for q in range(lay.pages) if q != p]
+        prio, stamp = priority(ops, lay, s.lc[p]), s.stamp[p]
+
+        def ahead(q: int) -> Term:
+            qp = priority(ops, lay, s.lc[q])
+            return ops.and_(
+                s.queued[q], ops.eq(s.level[q], level), ops.eq(pool_group(ops, lay, s.lc[q]), pg),
+                ops.or_(ops.lt(qp, prio), ops.and_(ops.eq(qp, prio), ops.lt(s.stamp[q], stamp))),
+            )
+        return ops.and_(
+            s.queued[p], ops.eq(s.level[p], level), ops.eq(pool_group(ops, lay, s.lc[p]), pg),
+            ops.not_(ops.or_(*(ahead(q) for q in same))),
+        )
+    return legal
+
+
+# ---- storage: allocation and the eviction cascade ----------------------------------------
+
+
+def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
+    """Free `need` slots at (level, pool group) by evicting queue heads, cascading down.
+
+    A DROPPABLE victim is demoted only into a free slot one level down and
+    dropped otherwise (it is a cache of committed data); a HELD victim must go
+    down, so room is made for it recursively; at the last level victims drop.
+    """
+    ops, lay = ex.ops, ex.lay
+    last = lay.cfg.last_level
+    for _ in range(lay.slots_at(level)):
+        for _ in ex.when(ops.lt(_free_count(ex, level, pg), need)):
+            victim = ex.choose("victim", range(lay.pages), _queue_head_at(ex, level, pg))
+            for _ in ex.when(ops.eq(victim, NONE)):
+                ex.fail(f"no evictable page at level {level}, pool group {pg}")
+            if level == last:
+                ex.do("drop", page=victim)
+                continue
+            droppable = ops.eq(status(ops, ex.s, victim), int(PageStatus.DROPPABLE))
+            drop_it = ops.and_(droppable, ops.eq(_free_count(ex, level + 1, pg), 0))
+            for _ in ex.when(drop_it):
+                ex.do("drop", page=victim)
+            for _ in ex.when(ops.not_(drop_it)):
+                make_room(ex, level + 1, pg, 1)
+                migrate(ex, victim, level + 1, pg)
+
+
+def migrate(ex: Executor, page: Term, dst_level: int, pg: int) -> None:
+    """Move a page to dst_level (one level down, or up to GPU) as begin + complete."""
+    for _ in ex.when(ex.s.fault_copy):
+        ex.fail("injected copy failure")
+    dst = ex.choose("slot", range(ex.lay.slots_at(dst_level)), _slot_is_free(ex, dst_level, pg))
+    for _ in ex.when(ex.ops.eq(dst, NONE)):
+        ex.fail(f"no free slot at level {dst_level}")
+    action = "onboard_begin" if dst_level == GPU_LEVEL else "evict_begin"
+    ex.do(action, page=page, dst_slot=dst)
+    ex.do("migrate_complete", page=page)
+
+
+def allocate_block(ex: Executor, seq: int, lc: int, o: int) -> None:
+    """A new locked page for block (seq, lc, o): make room at GPU, then take a free slot."""
+    ops, lay = ex.ops, ex.lay
+    for _ in ex.when(ex.s.fault_alloc):
+        ex.fail("injected allocation failure")
+    pg = lay.cfg.pool_group_of(lc)
+    make_room(ex, GPU_LEVEL, pg, 1)
+    slot = ex.choose("slot", range(lay.slots_at(GPU_LEVEL)), _slot_is_free(ex, GPU_LEVEL, pg))
+    page = ex.choose("page", range(lay.pages), lambda p: ops.not_(ex.s.alive[p]))
+    for _ in ex.when(ops.or_(ops.eq(slot, NONE), ops.eq(page, NONE))):
+        ex.fail("no free GPU slot or page record")
+    ex.do("allocate", page=page, seq=seq, lc=lc, ordinal=o, slot=slot)
+
+
+def release_block(ex: Executor, seq: int, lc: int, o: int) -> None:
+    """Drop block (seq, lc, o)'s reference; an uncommitted page dies with it."""
+    ops = ex.ops
+    page, locked = _entry(ex, seq, lc, o)
+    for _ in ex.when(ops.ne(page, NONE)):
+        for _ in ex.when(locked):
+            ex.do("unlock", page=page, seq=seq, lc=lc, ordinal=o)
+        uncommitted = ops.not_(ops.lookup(ex.s.committed, page, True))
+        ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
+        for _ in ex.when(uncommitted):
+            ex.do("release", page=page)
+
+
+def drain_pockets(ex: Executor, seq: int) -> None:
+    for lc in _pocket_lcs(ex):
+        for _ in range(ex.lay.pocket_cap):
+            for _ in ex.when(ex.ops.lt(0, pocket_size(ex.ops, ex.lay, ex.s, seq, lc))):
+                ex.do("drain", seq=seq, lc=lc, k=0)
+
+
+def _pocket_lcs(ex: Executor) -> list[int]:
+    cfg = ex.lay.cfg
+    if not cfg.pocket.enabled:
+        return []
+    return [i for i, lc in enumerate(cfg.life_cycles) if lc.is_swa]
+
+
+def _require_seq(ex: Executor, seq: int) -> None:
+    if not 0 <= seq < ex.lay.seqs:
+        raise UnknownSequenceError(f"sequence {seq} does not exist (0..{ex.lay.seqs - 1})")
+
+
+def _require_status(ex: Executor, seq: int, allowed: tuple[SeqStatus, ...], op: str) -> None:
+    _require_seq(ex, seq)
+    st = ex.s.seq_status[seq]
+    ok = ex.ops.or_(*(ex.ops.eq(st, int(a)) for a in allowed))
+    names = " or ".join(a.name for a in allowed)
+    shown = SeqStatus(st).name if isinstance(st, int) else "its status"
+    ex.require(ok, SequenceStateError(f"{op}: sequence {seq} is {shown}, must be {names}"))
+
+
+# ---- API actions ---------------------------------------------------------------------------
+
+
+def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
+    """Grow or shrink to `capacity` tokens and advance the window to `history`."""
+    ops, lay, cfg = ex.ops, ex.lay, ex.lay.cfg
+    _require_status(ex, seq, (SeqStatus.ACTIVE,), "resize")
+    old_cap, old_h = ex.s.capacity[seq], ex.s.history[seq]
+    ex.require(ops.le(old_h, history), HistoryDecreaseError(
+        f"resize: history_length {history} is below the current {old_h}"))
+    ex.require(ops.le(history, capacity), CapacityError(
+        f"resize: capacity {capacity} is below history_length {history}"))
+    ex.require(ops.le(capacity, cfg.max_capacity), CapacityError(
+        f"resize: capacity {capacity} exceeds max_blocks * tokens_per_block = {cfg.max_capacity}"))
+    ex.do("set_lengths", seq=seq, capacity=capacity, history=history,
+          committed=ex.s.committed_tokens[seq])
+    swa = [i for i, lc in enumerate(cfg.life_cycles) if lc.is_swa]
+
+    def newly_stale(lc: int, o: int) -> Term:
+        return ops.and_(_in_cap(ex, o, old_cap), ops.not_(_stale(ex, lc, o, old_h)),
+                        _stale(ex, lc, o, history))
+
+    # Phase 1: blocks that just left the window are unlocked (their holders stay, like
+    # upstream's backup_holders, until the growth below has succeeded).
+    for lc in swa:
+        for o in range(lay.blocks):
+            page, locked = _entry(ex, seq, lc, o)
+            for _ in ex.when(ops.and_(newly_stale(lc, o), locked)):
+                ex.do("unlock", page=page, seq=seq, lc=lc, ordinal=o)
+    # Phase 2: shrink.
+    for lc in range(lay.lcs):
+        for o in reversed(range(lay.blocks)):
+            for _ in ex.when(ops.and_(_in_cap(ex, o, old_cap), ops.not_(_in_cap(ex, o, capacity)))):
+                release_block(ex, seq, lc, o)
+
+    # Phase 3: grow. New in-window blocks first take parked slots, then the allocator.
+    def needs_page(lc: int, o: int) -> Term:
+        page, _ = _entry(ex, seq, lc, o)
+        return ops.and_(ops.not_(_in_cap(ex, o, old_cap)), _in_cap(ex, o, capacity),
+                        ops.not_(_stale(ex, lc, o, history)), ops.eq(page, NONE))
+
+    for lc in _pocket_lcs(ex):
+        for o in range(lay.blocks):
+            for _ in range(lay.pocket_cap):
+                nonempty = ops.lt(0, pocket_size(ops, lay, ex.s, seq, lc))
+                for _ in ex.when(ops.and_(needs_page(lc, o), nonempty)):
+                    pop_or_refuse(ex, seq, lc, o)
+    for lc in range(lay.lcs):
+        for o in range(lay.blocks):
+            for _ in ex.when(needs_page(lc, o)):
+                allocate_block(ex, seq, lc, o)
+    # Phase 4: resolve the blocks that left the window: committed pages stay only in the
+    # radix tree; uncommitted ones are kept for committing, parked, or released.
+    allowed = ops.eq(ex.s.commit_state[seq], int(CommitState.ALLOWED))
+    for lc in swa:
+        for o in range(lay.blocks):
+            page, locked = _entry(ex, seq, lc, o)
+            held = ops.and_(newly_stale(lc, o), ops.ne(page, NONE), ops.not_(locked))
+            committed = ops.lookup(ex.s.committed, page, False)
+            for _ in ex.when(ops.and_(held, committed)):
+                ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
+            for _ in ex.when(ops.and_(held, ops.not_(committed), ops.not_(allowed))):
+                park_or_release(ex, seq, lc, o, page)
+
+
+def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:
+    """Serve block o from the pocket; under `revalidate` a moved page is refused (drained)."""
+    ops, lay = ex.ops, ex.lay
+    k = ex.choose("pocket", range(lay.pocket_cap), lambda j: ops.ne(
+        ex.s.pocket[lay.pocket_ix(ops, seq, lc, j)], NONE))
+    if lay.cfg.pocket.policy != PocketPolicy.REVALIDATE:
+        ex.do("pop", seq=seq, lc=lc, k=k, ordinal=o)
+        return
+    page = ops.lookup(ex.s.pocket, lay.pocket_ix(ops, seq, lc, k), NONE)
+    valid = ops.and_(
+        ops.eq(ops.lookup(ex.s.level, page, -1), GPU_LEVEL),
+        ops.ne(ops.lookup(ex.s.slot, page, -1), -1),
+        ops.eq(ops.lookup(ex.s.dst_level, page, 0), NONE),
+    )
+    for _ in ex.when(valid):
+        ex.do("pop", seq=seq, lc=lc, k=k, ordinal=o)
+    for _ in ex.when(ops.not_(valid)):
+        ex.do("drain", seq=seq, lc=lc, k=k)
+
+
+def park_or_release(ex: Executor, seq: int, lc: int, o: int, page: Term) -> None:
+    ops, lay = ex.ops, ex.lay
+    eligible = ops.const(False)
+    if lc in _pocket_lcs(ex):
+        eligible = ops.and_(
+            ops.eq(ops.lookup(ex.s.level, page, -1), GPU_LEVEL),
+            ops.ne(ops.lookup(ex.s.slot, page, -1), -1),
+            ops.lt(pocket_size(ops, lay, ex.s, seq, lc), lay.pocket_cap),
+        )
+    for _ in ex.when(eligible):
+        ex.do("park", page=page, seq=seq, lc=lc, ordinal=o)
+    for _ in ex.when(ops.not_(eligible)):
+        ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
+        ex.do("release", page=page)
+
+
+def commit(ex: Executor, seq: int, tokens: tuple[int, ...]) -> None:
+    """Commit tokens; every newly full block's pages become committed under its prefix key.
+
+    Concrete-only (block keys intern token content). If a committed block with the same
+    key exists, committing stops (USER_STOP) instead of rebasing onto it.
+    """
+    ops, lay, cfg = ex.ops, ex.lay, ex.lay.cfg
+    t = cfg.tokens_per_block
+    _require_status(ex, seq, (SeqStatus.ACTIVE,), "commit")
+    ex.require(ops.eq(ex.s.commit_state[seq], int(CommitState.ALLOWED)),
+               CommitError(f"commit: sequence {seq} has stopped committing"))
+    old_c = int(ex.s.committed_tokens[seq])
+    new_c = old_c + len(tokens)
+    ex.require(new_c <= int(ex.s.capacity[seq]), CapacityError(
+        f"commit: {new_c} committed tokens would exceed capacity {ex.s.capacity[seq]}"))
+    all_tokens = ex.s.tokens[seq] + tuple(tokens)
+    keys = list(ex.s.block_keys)
+    stopped = False
+    committed_blocks: list[int] = []
+    for o in range(old_c // t, new_c // t):
+        prefix = all_tokens[: (o + 1) * t]
+        key = keys.index(prefix) if prefix in keys else len(keys)
+        if key == len(keys):
+            keys.append(prefix)
+        clash = any(
+            ex.s.alive[q] and ex.s.committed[q] and ex.s.key[q] == key for q in range(lay.pages)
+        )
+        if clash:
+            stopped = True
+            break
+        for lc in range(lay.lcs):
+            page, _ = _entry(ex, seq, lc, o)
+            if page != NONE and not ex.s.committed[page]:
+                ex.do("commit_page", page=page, key=key)
+        committed_blocks.append(o)
+    ex.s = _with_tokens(ex, seq, all_tokens, tuple(keys))
+    if new_c > int(ex.s.history[seq]):  # history follows the committed tokens
+        resize(ex, seq, int(ex.s.capacity[seq]), new_c)
+    ex.do("set_lengths", seq=seq, capacity=ex.s.capacity[seq], history=ex.s.history[seq],
+          committed=new_c)
+    for o in committed_blocks:  # a block committed while already stale stays only in the tree
+        for lc in range(lay.lcs):
+            page, locked = _entry(ex, seq, lc, o)
+            if page != NONE and not locked and _stale(ex, lc, o, ex.s.history[seq]):
+                ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
+    if stopped:
+        stop_committing(ex, seq)
+
+
+def _with_tokens(ex: Executor, seq: int, tokens: tuple[int, ...],
+                 keys: tuple[tuple[int, ...], ...]) -> State:
+    per_seq = list(ex.s.tokens)
+    per_seq[seq] = tokens
+    return replace(ex.s, tokens=tuple(per_seq), block_keys=keys)
+
+
+def stop_committing(ex: Executor, seq: int) -> None:
+    """Stop committing; blocks kept only for committing are released."""
+    ops, lay = ex.ops, ex.lay
+    _require_status(ex, seq, (SeqStatus.ACTIVE, SeqStatus.SUSPENDED), "stop_committing")
+    ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.USER_STOP))
+    for lc in range(lay.lcs):
+        for o in range(lay.blocks):
+            page, locked = _entry(ex, seq, lc, o)
+            kept = ops.and_(
+                _stale(ex, lc, o, ex.s.history[seq]), ops.ne(page, NONE), ops.not_(locked),
+                ops.not_(ops.lookup(ex.s.committed, page, True)),
+            )
+            for _ in ex.when(kept):
+                ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
+                ex.do("release", page=page)
+
+
+def suspend(ex: Executor, seq: int) -> None:
+    """Drain the pocket; every lock becomes a holder (evictable); SUSPENDED."""
+    _require_status(ex, seq, (SeqStatus.ACTIVE,), "suspend")
+    drain_pockets(ex, seq)
+    for lc in range(ex.lay.lcs):
+        for o in range(ex.lay.blocks):
+            page, locked = _entry(ex, seq, lc, o)
+            for _ in ex.when(locked):
+                ex.do("unlock", page=page, seq=seq, lc=lc, ordinal=o)
+    ex.do("set_status", seq=seq, status=int(SeqStatus.SUSPENDED))
+
+
+def resume(ex: Executor, seq: int) -> None:
+    """Bring every in-window page back to GPU and lock it; all or nothing."""
+    ops, lay = ex.ops, ex.lay
+    _require_status(ex, seq, (SeqStatus.SUSPENDED,), "resume")
+    h = ex.s.history[seq]
+    targets = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
+
+    def target(lc: int, o: int) -> tuple[Term, Term]:
+        page, _ = _entry(ex, seq, lc, o)
+        return page, ops.and_(ops.ne(page, NONE), ops.not_(_stale(ex, lc, o, h)))
+
+    for lc, o in targets:  # pin first, so making room never evicts our own pages
+        page, is_target = target(lc, o)
+        for _ in ex.when(ops.and_(is_target, ops.lookup(ex.s.queued, page, False))):
+            ex.do("exclude", page=page)
+    for lc, o in targets:
+        page, is_target = target(lc, o)
+        for _ in ex.when(ops.and_(is_target, ops.lt(GPU_LEVEL, ops.lookup(ex.s.level, page, 0)))):
+            pg = lay.cfg.pool_group_of(lc)
+            make_room(ex, GPU_LEVEL, pg, 1)
+            migrate(ex, page, GPU_LEVEL, pg)
+    ex.do("set_status", seq=seq, status=int(SeqStatus.ACTIVE))
+    for lc, o in targets:
+        page, is_target = target(lc, o)
+        for _ in ex.when(is_target):
+            ex.do("lock", page=page, seq=seq, lc=lc, ordinal=o)
+
+
+def close(ex: Executor, seq: int) -> None:
+    """Drain the pocket and release every block, last to first; CLOSED. Idempotent."""
+    _require_seq(ex, seq)
+    ops = ex.ops
+    live = ops.or_(ops.eq(ex.s.seq_status[seq], int(SeqStatus.ACTIVE)),
+                   ops.eq(ex.s.seq_status[seq], int(SeqStatus.SUSPENDED)))
+    for _ in ex.when(ops.eq(ex.s.seq_status[seq], int(SeqStatus.FREE))):
+        raise UnknownSequenceError(f"close: sequence {seq} was never created")
+    for _ in ex.when(live):
+        drain_pockets(ex, seq)
+        for o in reversed(range(ex.lay.blocks)):
+            for lc in range(ex.lay.lcs):
+                release_block(ex, seq, lc, o)
+        ex.do("set_status", seq=seq, status=int(SeqStatus.CLOSED))
+
+
+def create(ex: Executor, seq: int, prompt: tuple[int, ...]) -> None:
+    """Create a SUSPENDED sequence, reusing the longest fully committed prefix of `prompt`.
+
+    Concrete-only in its prefix match (it reads token content).
+    """
+    ops, lay, cfg = ex.ops, ex.lay, ex.lay.cfg
+    t = cfg.tokens_per_block
+    _require_seq(ex, seq)
+    free = ops.or_(ops.eq(ex.s.seq_status[seq], int(SeqStatus.FREE)),
+                   ops.eq(ex.s.seq_status[seq], int(SeqStatus.CLOSED)))
+    ex.require(free, SequenceStateError(f"create: sequence {seq} is in use"))
+    matched: list[list[int]] = []
+    for o in range(min(len(prompt) // t, lay.blocks)):
+        prefix = tuple(prompt[: (o + 1) * t])
+        if prefix not in ex.s.block_keys:
+            break
+        key = ex.s.block_keys.index(prefix)
+        pages = [next((q for q in range(lay.pages) if ex.s.alive[q] and ex.s.committed[q]
+                       and ex.s.key[q] == key and ex.s.lc[q] == lc), NONE)
+                 for lc in range(lay.lcs)]
+        if NONE in pages:
+            break
+        matched.append(pages)
+    m = len(matched) * t
+    ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.ALLOWED))
+    ex.do("set_lengths", seq=seq, capacity=m, history=m, committed=m)
+    ex.s = _with_tokens(ex, seq, tuple(prompt[:m]), ex.s.block_keys)
+    for o, pages in enumerate(matched):
+        for lc, page in enumerate(pages):
+            for _ in ex.when(ops.not_(_stale(ex, lc, o, m))):
+                ex.do("hold", page=page, seq=seq, lc=lc, ordinal=o)
+    ex.do("set_status", seq=seq, status=int(SeqStatus.SUSPENDED))
+
+
+# ---- environment actions -------------------------------------------------------------------
+
+
+def pressure(ex: Executor, level: int, pool_group: int, slots: int) -> None:
+    """Another tenant needs `slots` free slots at `level`: the cascade makes room."""
+    cfg = ex.lay.cfg
+    if not 0 <= level < cfg.num_levels or not 0 <= pool_group < cfg.num_pool_groups:
+        raise CapacityError(f"pressure: no level {level} / pool group {pool_group}")
+    ex.require(0 <= slots <= ex.lay.slots_at(level), CapacityError(
+        f"pressure: slots must be in [0, {ex.lay.slots_at(level)}], got {slots}"))
+    make_room(ex, level, pool_group, slots)
+
+
+def advance(ex: Executor, stream: int) -> None:
+    """A stream's outstanding GPU work completes (stream num_sequences is the copy stream)."""
+    ex.require(0 <= stream <= ex.lay.seqs, UnknownSequenceError(
+        f"advance: stream must be in [0, {ex.lay.seqs}], got {stream}"))
+    busy = ex.ops.or_(*(ex.ops.eq(b, stream) for b in ex.s.slot_busy))
+    for _ in ex.when(busy):
+        ex.do("complete", stream=stream)
+
+
+@dataclass(frozen=True)
+class ApiAction:
+    name: str
+    layer: str  # "api" or "env"
+    params: tuple[str, ...]
+    precondition: str
+    doc: str
+    returns: str
+
+
+API_ACTIONS: tuple[ApiAction, ...] = (
+    ApiAction("create", "api", ("seq", "prompt"), "sequence is FREE or CLOSED",
+              create.__doc__ or "", "None"),
+    ApiAction("resume", "api", ("seq",), "sequence is SUSPENDED", resume.__doc__ or "",
+              "bool (False: OutOfPages, nothing changed)"),
+    ApiAction("resize", "api", ("seq", "capacity", "history"),
+              "sequence is ACTIVE; history >= current history; history <= capacity <= max",
+              resize.__doc__ or "", "bool (False: OutOfPages, nothing changed)"),
+    ApiAction("commit", "api", ("seq", "tokens"),
+              "sequence is ACTIVE and ALLOWED; committed + len(tokens) <= capacity",
+              commit.__doc__ or "", "bool"),
+    ApiAction("stop_committing", "api", ("seq",), "sequence is ACTIVE or SUSPENDED",
+              stop_committing.__doc__ or "", "None"),
+    ApiAction("suspend", "api", ("seq",), "sequence is ACTIVE", suspend.__doc__ or "", "None"),
+    ApiAction("close", "api", ("seq",), "sequence was created", close.__doc__ or "", "None"),
+    ApiAction("pressure", "env", ("level", "pool_group", "slots"),
+              "0 <= slots <= slots at level", pressure.__doc__ or "",
+              "bool (False: OutOfPages, nothing changed)"),
+    ApiAction("advance", "env", ("stream",), "0 <= stream <= num_sequences",
+              advance.__doc__ or "", "None"),
+    ApiAction("fail_allocation", "env", (), "always",
+              "The next slot allocation fails (OutOfPages); the enclosing action rolls back.",
+              "None"),
+    ApiAction("fail_copy", "env", (), "always",
+              "The next migration copy fails; the enclosing action rolls back.", "None"),
+)

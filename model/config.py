@@ -1,0 +1,332 @@
+"""Configuration vocabulary shared by the model, the implementation and the verifiers.
+
+Every value is validated on construction; a bad value raises `ConfigError`
+naming the field and the allowed range, so a typo never becomes a silently
+different experiment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum, IntEnum
+from typing import Any
+
+GPU_LEVEL = 0
+BAD_PAGE_INDEX = -1
+NO_SLOT = -1
+NONE = -1  # "no page", "no sequence", "no pocket" in integer-valued state
+
+PRIORITY_MIN = 0
+PRIORITY_MAX = 100
+PRIORITY_DEFAULT = 35
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range. The message names the field."""
+
+    def __init__(self, field_name: str, allowed: str, got: object) -> None:
+        super().__init__(f"invalid config field '{field_name}': expected {allowed}, got {got!r}")
+        self.field_name = field_name
+        self.allowed = allowed
+        self.got = got
+
+
+class PageStatus(IntEnum):
+    """Holder/lock status of a page (values as in the upstream manager)."""
+
+    LOCKED = 0  # required at GPU: no eviction, no drop
+    HELD = 1  # eviction (migration down) allowed, drop not allowed
+    DROPPABLE = 2  # both allowed
+
+
+class PocketPolicy(str, Enum):
+    """How a pop from the reuse pocket protects itself against migration while parked."""
+
+    REVALIDATE = "revalidate"  # pop re-checks level, slot, queue; unqueues; waits on the event
+    PIN = "pin"  # parked pages are excluded from eviction, so they cannot move
+    UNSAFE = "unsafe"  # checks only at park time (the pull request as first written): the bug
+
+    @classmethod
+    def parse(cls, value: object, field_name: str = "pocket.policy") -> PocketPolicy:
+        if isinstance(value, PocketPolicy):
+            return value
+        try:
+            return cls(str(value))
+        except ValueError:
+            raise ConfigError(field_name, "one of revalidate, pin, unsafe", value) from None
+
+
+class SeqStatus(IntEnum):
+    """Life of a sequence's KV cache. A sequence slot starts FREE (never created)."""
+
+    FREE = 0
+    ACTIVE = 1
+    SUSPENDED = 2
+    CLOSED = 3
+
+
+class CommitState(IntEnum):
+    ALLOWED = 0
+    USER_STOP = 1
+
+
+def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, f"an integer >= {lo}" + (f" and <= {hi}" if hi else ""), value)
+    if value < lo or (hi is not None and value > hi):
+        allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
+        raise ConfigError(name, allowed, value)
+    return value
+
+
+@dataclass(frozen=True)
+class LifeCycle:
+    """A group of layers sharing one slot per block.
+
+    `window` is the sliding-window size in tokens (None: full attention);
+    `sink_tokens` are never evicted from the window; `pool_group` selects the
+    slot allocators (life cycles of equal slot size share a pool group);
+    `priority` is the eviction priority of its pages (lower is evicted first).
+    """
+
+    name: str
+    window: int | None = None
+    sink_tokens: int = 0
+    pool_group: int = 0
+    priority: int = PRIORITY_DEFAULT
+
+    def validate(self, where: str) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ConfigError(f"{where}.name", "a non-empty string", self.name)
+        if self.window is not None:
+            _check_int(f"{where}.window", self.window, 1)
+        _check_int(f"{where}.sink_tokens", self.sink_tokens, 0)
+        if self.sink_tokens and self.window is None:
+            raise ConfigError(f"{where}.sink_tokens", "0 for a full-attention life cycle", 0)
+        _check_int(f"{where}.pool_group", self.pool_group, 0)
+        _check_int(f"{where}.priority", self.priority, PRIORITY_MIN, PRIORITY_MAX)
+
+    @property
+    def is_swa(self) -> bool:
+        return self.window is not None
+
+
+@dataclass(frozen=True)
+class PocketConfig:
+    """The SWA decode slot-reuse pocket (`enable_swa_decode_slot_reuse`)."""
+
+    enabled: bool = False
+    capacity: int = 2
+    policy: PocketPolicy = PocketPolicy.REVALIDATE
+
+    def validate(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigError("pocket.enabled", "true or false", self.enabled)
+        _check_int("pocket.capacity", self.capacity, 1, 8)
+        PocketPolicy.parse(self.policy)
+
+
+def swa_life_cycle(window: int, sink_tokens: int = 0, priority: int = 20) -> LifeCycle:
+    return LifeCycle("swa", window=window, sink_tokens=sink_tokens, priority=priority)
+
+
+def full_life_cycle(priority: int = PRIORITY_DEFAULT) -> LifeCycle:
+    return LifeCycle("full", window=None, priority=priority)
+
+
+@dataclass(frozen=True)
+class KVConfig:
+    """A bounded KV-cache configuration, read by the model, the implementation and Z3.
+
+    `slots_per_level[L]` is the number of slots of each pool group at level L
+    (level 0 is GPU, then host, then disk). `max_blocks` bounds a sequence's
+    capacity (`capacity <= max_blocks * tokens_per_block`); `max_pages` bounds
+    how many pages may be alive at once in the model (an implementation needs no
+    such bound; it follows from the slot counts).
+    """
+
+    tokens_per_block: int = 2
+    life_cycles: tuple[LifeCycle, ...] = field(
+        default_factory=lambda: (swa_life_cycle(window=3), full_life_cycle())
+    )
+    slots_per_level: tuple[int, ...] = (6, 6)
+    num_sequences: int = 2
+    max_blocks: int = 6
+    max_pages: int = 0  # 0: derived as the total number of slots
+    pocket: PocketConfig = field(default_factory=PocketConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pocket.policy, PocketPolicy):
+            object.__setattr__(
+                self, "pocket", replace(self.pocket, policy=PocketPolicy.parse(self.pocket.policy))
+            )
+        if self.max_pages == 0 and isinstance(self.slots_per_level, tuple):
+            total = sum(self.slots_per_level) * max(1, self.num_pool_groups_unchecked())
+            object.__setattr__(self, "max_pages", total)
+        self.validate()
+
+    def num_pool_groups_unchecked(self) -> int:
+        try:
+            return 1 + max(lc.pool_group for lc in self.life_cycles)
+        except (TypeError, ValueError, AttributeError):
+            return 1
+
+    def validate(self) -> None:
+        _check_int("tokens_per_block", self.tokens_per_block, 1, 4096)
+        if not isinstance(self.life_cycles, tuple) or not self.life_cycles:
+            raise ConfigError("life_cycles", "a non-empty tuple of LifeCycle", self.life_cycles)
+        names = set()
+        for i, lc in enumerate(self.life_cycles):
+            if not isinstance(lc, LifeCycle):
+                raise ConfigError(f"life_cycles[{i}]", "a LifeCycle", lc)
+            lc.validate(f"life_cycles[{i}]")
+            if lc.name in names:
+                raise ConfigError(f"life_cycles[{i}].name", "a unique name", lc.name)
+            names.add(lc.name)
+        groups = sorted({lc.pool_group for lc in self.life_cycles})
+        if groups != list(range(len(groups))):
+            raise ConfigError(
+                "life_cycles.pool_group", "pool groups numbered 0..G-1 without gaps", groups
+            )
+        if not isinstance(self.slots_per_level, tuple) or not 1 <= len(self.slots_per_level) <= 3:
+            raise ConfigError(
+                "slots_per_level", "a tuple of 1 to 3 slot counts (GPU, host, disk)",
+                self.slots_per_level,
+            )
+        for i, n in enumerate(self.slots_per_level):
+            _check_int(f"slots_per_level[{i}]", n, 1, 1 << 24)
+        _check_int("num_sequences", self.num_sequences, 1, 1 << 20)
+        _check_int("max_blocks", self.max_blocks, 1, 1 << 20)
+        _check_int("max_pages", self.max_pages, 1, 1 << 26)
+        if not isinstance(self.pocket, PocketConfig):
+            raise ConfigError("pocket", "a PocketConfig", self.pocket)
+        self.pocket.validate()
+
+    # ---- derived quantities -------------------------------------------------------------
+    @property
+    def num_levels(self) -> int:
+        return len(self.slots_per_level)
+
+    @property
+    def last_level(self) -> int:
+        return self.num_levels - 1
+
+    @property
+    def num_pool_groups(self) -> int:
+        return 1 + max(lc.pool_group for lc in self.life_cycles)
+
+    @property
+    def num_life_cycles(self) -> int:
+        return len(self.life_cycles)
+
+    @property
+    def max_capacity(self) -> int:
+        return self.max_blocks * self.tokens_per_block
+
+    def pool_group_of(self, lc: int) -> int:
+        return self.life_cycles[lc].pool_group
+
+    def life_cycle_index(self, name: str) -> int:
+        for i, lc in enumerate(self.life_cycles):
+            if lc.name == name:
+                return i
+        allowed = ", ".join(lc.name for lc in self.life_cycles)
+        raise ConfigError("life_cycle", f"one of {allowed}", name)
+
+    def with_pocket(
+        self, enabled: bool = True, policy: PocketPolicy | str | None = None,
+        capacity: int | None = None,
+    ) -> KVConfig:
+        pocket = PocketConfig(
+            enabled=enabled,
+            capacity=self.pocket.capacity if capacity is None else capacity,
+            policy=self.pocket.policy if policy is None else PocketPolicy.parse(policy),
+        )
+        return replace(self, pocket=pocket)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tokens_per_block": self.tokens_per_block,
+            "life_cycles": [
+                {"name": lc.name, "window": lc.window, "sink_tokens": lc.sink_tokens,
+                 "pool_group": lc.pool_group, "priority": lc.priority}
+                for lc in self.life_cycles
+            ],
+            "slots_per_level": list(self.slots_per_level),
+            "num_sequences": self.num_sequences,
+            "max_blocks": self.max_blocks,
+            "max_pages": self.max_pages,
+            "pocket": {"enabled": self.pocket.enabled, "capacity": self.pocket.capacity,
+                       "policy": self.pocket.policy.value},
+        }
+
+    @staticmethod
+    def from_json(data: object) -> KVConfig:
+        """Build a config from `to_json` output; unknown or missing fields are named."""
+        if not isinstance(data, dict):
+            raise ConfigError("config", "a JSON object", data)
+        known = {"tokens_per_block", "life_cycles", "slots_per_level", "num_sequences",
+                 "max_blocks", "max_pages", "pocket"}
+        for key in data:
+            if key not in known:
+                raise ConfigError(str(key), "one of " + ", ".join(sorted(known)), "unknown field")
+        kwargs: dict[str, Any] = {}
+        for key in ("tokens_per_block", "num_sequences", "max_blocks", "max_pages"):
+            if key in data:
+                kwargs[key] = data[key]
+        if "slots_per_level" in data:
+            if not isinstance(data["slots_per_level"], list):
+                raise ConfigError("slots_per_level", "a list of integers", data["slots_per_level"])
+            kwargs["slots_per_level"] = tuple(data["slots_per_level"])
+        if "life_cycles" in data:
+            lcs = data["life_cycles"]
+            if not isinstance(lcs, list):
+                raise ConfigError("life_cycles", "a list of objects", lcs)
+            built = []
+            for i, item in enumerate(lcs):
+                if not isinstance(item, dict):
+                    raise ConfigError(f"life_cycles[{i}]", "an object", item)
+                try:
+                    built.append(LifeCycle(**item))
+                except TypeError as exc:
+                    raise ConfigError(
+                        f"life_cycles[{i}]",
+                        "fields name, window, sink_tokens, pool_group, priority", str(exc),
+                    ) from None
+            kwargs["life_cycles"] = tuple(built)
+        if "pocket" in data:
+            p = data["pocket"]
+            if not isinstance(p, dict):
+                raise ConfigError("pocket", "an object", p)
+            kwargs["pocket"] = PocketConfig(
+                enabled=p.get("enabled", False), capacity=p.get("capacity", 2),
+                policy=PocketPolicy.parse(p.get("policy", "revalidate")),
+            )
+        return KVConfig(**kwargs)
+
+
+# ---- window arithmetic (upstream `AttnLifeCycle.get_stale_range`) -------------------------
+
+
+def num_blocks_for(capacity: int, tokens_per_block: int) -> int:
+    return -(-capacity // tokens_per_block)
+
+
+def stale_range(lc: LifeCycle, history: int, tokens_per_block: int) -> tuple[int, int]:
+    """Half-open range of out-of-window blocks for history length `history`.
+
+    Block b is stale iff (b+1)*t <= h+1-w: attention always runs on the token
+    at position h, so the live window is [h+1-w, h]. Sink blocks never leave.
+    """
+    t = tokens_per_block
+    sink_blocks = -(-lc.sink_tokens // t)
+    start = min(-(-history // t), sink_blocks)
+    if lc.window is None:
+        return start, start
+    end = max(start, (history + 1 - lc.window) // t)
+    return start, end
+
+
+def is_stale(lc: LifeCycle, block: int, history: int, tokens_per_block: int) -> bool:
+    start, end = stale_range(lc, history, tokens_per_block)
+    return start <= block < end

@@ -1,0 +1,379 @@
+"""The invariant catalogue: named predicates with one-line English statements.
+
+Scope `step`: holds after every page-layer action (Z3 proves these inductive).
+Scope `api`: holds between API actions only; inside an API action a page may
+be briefly unqueued, unlocked or migrating. `aux` invariants are strengthening
+lemmas the induction proof needs; they are stated here like the others.
+All predicates use the `Ops` vocabulary, so Z3 reads them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from .config import (
+    BAD_PAGE_INDEX,
+    GPU_LEVEL,
+    NO_SLOT,
+    NONE,
+    CommitState,
+    PageStatus,
+    PocketPolicy,
+    SeqStatus,
+    stale_range,
+)
+from .logic import Ops, Term
+from .pages import in_pocket, moving, page_slot_ix, pool_group
+from .state import Layout, State, evictable, status
+
+Scope = Literal["step", "api"]
+
+
+@dataclass(frozen=True)
+class Invariant:
+    name: str
+    statement: str
+    scope: Scope
+    predicate: Callable[[Ops, Layout, State], Term]
+    aux: bool = False  # a strengthening lemma rather than a safety property
+
+
+def _pages(lay: Layout) -> range:
+    return range(lay.pages)
+
+
+def slot_owned_once(ops: Ops, lay: Layout, s: State) -> Term:
+    conds = []
+    for p in _pages(lay):
+        ix = page_slot_ix(ops, lay, s, p)
+        conds.append(ops.implies(
+            ops.and_(s.alive[p], ops.ne(s.slot[p], NO_SLOT)),
+            ops.and_(ops.ne(ix, -1), ops.eq(ops.lookup(s.slot_owner, ix, NONE), p)),
+        ))
+    for flat, owner in enumerate(s.slot_owner):
+        level, pg, slot = lay.slot_coords(flat)
+        holds_it = []
+        for p in _pages(lay):
+            own = ops.and_(ops.eq(s.level[p], level), ops.eq(s.slot[p], slot))
+            reserved = ops.and_(ops.eq(s.dst_level[p], level), ops.eq(s.dst_slot[p], slot))
+            holds_it.append(ops.and_(
+                ops.eq(owner, p), s.alive[p], ops.eq(pool_group(ops, lay, s.lc[p]), pg),
+                ops.or_(own, reserved),
+            ))
+        conds.append(ops.implies(ops.ne(owner, NONE), ops.or_(*holds_it)))
+    return ops.and_(*conds)
+
+
+def dead_pages_are_blank(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.and_(*(
+        ops.implies(ops.not_(s.alive[p]), ops.and_(
+            ops.eq(s.slot[p], NO_SLOT), ops.not_(s.queued[p]), ops.eq(s.locks[p], 0),
+            ops.eq(s.holds[p], 0), ops.eq(s.dst_level[p], NONE),
+        ))
+        for p in _pages(lay)
+    ))
+
+
+def locked_at_gpu(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.and_(*(
+        ops.implies(ops.lt(0, s.locks[p]), ops.and_(
+            s.alive[p], ops.eq(s.level[p], GPU_LEVEL), ops.ne(s.slot[p], NO_SLOT),
+            ops.not_(s.queued[p]), ops.not_(moving(ops, s, p)),
+        ))
+        for p in _pages(lay)
+    ))
+
+
+def queued_are_evictable(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.and_(*(
+        ops.implies(s.queued[p], ops.and_(
+            s.alive[p], ops.ne(s.slot[p], NO_SLOT), ops.not_(moving(ops, s, p)),
+            evictable(ops, lay.cfg, s, p),
+        ))
+        for p in _pages(lay)
+    ))
+
+
+def _entry_refs(ops: Ops, lay: Layout, s: State, p: int, locked: bool) -> Term:
+    return ops.count([
+        ops.and_(ops.eq(s.entry[e], p), s.entry_locked[e] if locked else ops.not_(s.entry_locked[e]))
+        for e in range(len(s.entry))
+    ])
+
+
+def refcounts_match(ops: Ops, lay: Layout, s: State) -> Term:
+    conds = []
+    for p in _pages(lay):
+        pocket_refs = ops.count([ops.eq(x, p) for x in s.pocket])
+        conds.append(ops.eq(s.locks[p], _entry_refs(ops, lay, s, p, True)))
+        conds.append(ops.eq(s.holds[p], ops.add(_entry_refs(ops, lay, s, p, False), pocket_refs)))
+    return ops.and_(*conds)
+
+
+def entries_are_live(ops: Ops, lay: Layout, s: State) -> Term:
+    conds = []
+    for seq in range(lay.seqs):
+        for lc in range(lay.lcs):
+            for o in range(lay.blocks):
+                e = lay.entry_ix(ops, seq, lc, o)
+                page = s.entry[e]
+                ok = ops.and_(
+                    ops.lookup(s.alive, page, False), ops.eq(ops.lookup(s.lc, page, -1), lc),
+                    ops.eq(ops.lookup(s.ordinal, page, -1), o),
+                    ops.or_(ops.lookup(s.committed, page, False),
+                            ops.eq(ops.lookup(s.owner, page, NONE), seq)),
+                )
+                conds.append(ops.implies(ops.ne(page, NONE), ok))
+                conds.append(ops.implies(s.entry_locked[e], ops.ne(page, NONE)))
+    return ops.and_(*conds)
+
+
+def index_matches_locks(ops: Ops, lay: Layout, s: State) -> Term:
+    conds = []
+    for e in range(len(s.entry)):
+        page = s.entry[e]
+        expected = ops.ite(s.entry_locked[e], ops.lookup(s.slot, page, NO_SLOT), BAD_PAGE_INDEX)
+        conds.append(ops.eq(s.index[e], expected))
+    return ops.and_(*conds)
+
+
+def _pocket_positions(lay: Layout) -> list[tuple[int, int, int]]:
+    return [(seq, lc, k) for seq in range(lay.seqs) for lc in range(lay.lcs)
+            for k in range(lay.pocket_cap)]
+
+
+def pocket_entries_orphaned(ops: Ops, lay: Layout, s: State) -> Term:
+    conds = []
+    for seq, lc, k in _pocket_positions(lay):
+        page = s.pocket[lay.pocket_ix(ops, seq, lc, k)]
+        referenced = ops.or_(*(ops.eq(x, page) for x in s.entry))
+        conds.append(ops.implies(ops.ne(page, NONE), ops.and_(
+            ops.lookup(s.alive, page, False), ops.not_(ops.lookup(s.committed, page, True)),
+            ops.eq(status(ops, s, page), int(PageStatus.HELD)),
+            ops.eq(ops.lookup(s.owner, page, NONE), seq), ops.eq(ops.lookup(s.lc, page, -1), lc),
+            ops.not_(referenced),
+        )))
+    return ops.and_(*conds)
+
+
+def committed_never_parked(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.and_(*(
+        ops.implies(ops.ne(x, NONE), ops.not_(ops.lookup(s.committed, x, True))) for x in s.pocket
+    ))
+
+
+def pocket_packed_and_bounded(ops: Ops, lay: Layout, s: State) -> Term:
+    conds = []
+    for seq, lc, k in _pocket_positions(lay):
+        cur = s.pocket[lay.pocket_ix(ops, seq, lc, k)]
+        if not lay.cfg.life_cycles[lc].is_swa or not lay.cfg.pocket.enabled:
+            conds.append(ops.eq(cur, NONE))
+        if k + 1 < lay.pocket_cap:
+            nxt = s.pocket[lay.pocket_ix(ops, seq, lc, k + 1)]
+            conds.append(ops.implies(ops.eq(cur, NONE), ops.eq(nxt, NONE)))
+        for j in range(k):
+            conds.append(ops.implies(
+                ops.ne(cur, NONE), ops.ne(cur, s.pocket[lay.pocket_ix(ops, seq, lc, j)])
+            ))
+    return ops.and_(*conds)
+
+
+def no_page_in_two_pockets(ops: Ops, lay: Layout, s: State) -> Term:
+    pos = list(range(len(s.pocket)))
+    return ops.and_(*(
+        ops.implies(ops.ne(s.pocket[i], NONE), ops.ne(s.pocket[i], s.pocket[j]))
+        for i in pos for j in pos if i < j
+    ))
+
+
+def inactive_pockets_empty(ops: Ops, lay: Layout, s: State) -> Term:
+    conds = []
+    for seq, lc, k in _pocket_positions(lay):
+        page = s.pocket[lay.pocket_ix(ops, seq, lc, k)]
+        conds.append(ops.implies(
+            ops.ne(s.seq_status[seq], int(SeqStatus.ACTIVE)), ops.eq(page, NONE)
+        ))
+    return ops.and_(*conds)
+
+
+def pinned_pockets_stay(ops: Ops, lay: Layout, s: State) -> Term:
+    if lay.cfg.pocket.policy != PocketPolicy.PIN:
+        return ops.const(True)
+    conds = []
+    for x in s.pocket:
+        conds.append(ops.implies(ops.ne(x, NONE), ops.and_(
+            ops.eq(ops.lookup(s.level, x, -1), GPU_LEVEL), ops.not_(ops.lookup(s.queued, x, True)),
+            ops.ne(ops.lookup(s.slot, x, NO_SLOT), NO_SLOT), ops.not_(moving(ops, s, x)),
+        )))
+    return ops.and_(*conds)
+
+
+def popped_slots_valid(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.not_(s.bad_pop)
+
+
+def no_unsynced_reuse(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.not_(s.unsynced_reuse)
+
+
+def lengths_ordered(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.and_(*(
+        ops.and_(
+            ops.le(0, s.committed_tokens[q]), ops.le(s.committed_tokens[q], s.history[q]),
+            ops.le(s.history[q], s.capacity[q]), ops.le(s.capacity[q], lay.cfg.max_capacity),
+        )
+        for q in range(lay.seqs)
+    ))
+
+
+def inactive_sequences_unlocked(ops: Ops, lay: Layout, s: State) -> Term:
+    conds = []
+    for seq in range(lay.seqs):
+        active = ops.eq(s.seq_status[seq], int(SeqStatus.ACTIVE))
+        gone = ops.or_(ops.eq(s.seq_status[seq], int(SeqStatus.FREE)),
+                       ops.eq(s.seq_status[seq], int(SeqStatus.CLOSED)))
+        for lc in range(lay.lcs):
+            for o in range(lay.blocks):
+                e = lay.entry_ix(ops, seq, lc, o)
+                conds.append(ops.implies(ops.not_(active), ops.not_(s.entry_locked[e])))
+                conds.append(ops.implies(gone, ops.eq(s.entry[e], NONE)))
+    return ops.and_(*conds)
+
+
+# ---- between API actions only ----------------------------------------------------------------
+
+def queue_follows_evictability(ops: Ops, lay: Layout, s: State) -> Term:
+    pin = lay.cfg.pocket.policy == PocketPolicy.PIN
+    conds = []
+    for p in _pages(lay):
+        should = ops.and_(evictable(ops, lay.cfg, s, p),
+                          ops.not_(ops.and_(ops.const(pin), in_pocket(ops, s, p))))
+        conds.append(ops.implies(s.alive[p], ops.eq(s.queued[p], should)))
+    return ops.and_(*conds)
+
+
+def no_migration_in_flight(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.and_(*(ops.not_(moving(ops, s, p)) for p in _pages(lay)))
+
+
+def no_orphan_pages(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.and_(*(
+        ops.implies(
+            ops.and_(s.alive[p], ops.eq(status(ops, s, p), int(PageStatus.DROPPABLE))),
+            ops.and_(s.committed[p], s.queued[p]),
+        )
+        for p in _pages(lay)
+    ))
+
+
+def window_is_mapped(ops: Ops, lay: Layout, s: State) -> Term:
+    """Concrete-history invariant: evaluated with the sequence's own history and capacity."""
+    cfg = lay.cfg
+    t = cfg.tokens_per_block
+    conds = []
+    for seq in range(lay.seqs):
+        active = ops.eq(s.seq_status[seq], int(SeqStatus.ACTIVE))
+        for lc_i, lc in enumerate(cfg.life_cycles):
+            for o in range(lay.blocks):
+                e = lay.entry_ix(ops, seq, lc_i, o)
+                in_cap = ops.lt(o * t, s.capacity[seq])
+                stale = _is_stale_term(ops, lc.window, lc.sink_tokens, t, o, s.history[seq])
+                mapped = ops.and_(s.entry_locked[e], ops.ne(s.index[e], BAD_PAGE_INDEX))
+                conds.append(ops.implies(
+                    ops.and_(active, in_cap, ops.not_(stale)), mapped))
+                conds.append(ops.implies(stale, ops.eq(s.index[e], BAD_PAGE_INDEX)))
+                conds.append(ops.implies(ops.not_(in_cap), ops.eq(s.entry[e], NONE)))
+                kept = ops.eq(s.commit_state[seq], int(CommitState.ALLOWED))
+                page = s.entry[e]
+                conds.append(ops.implies(
+                    ops.and_(stale, ops.ne(page, NONE)),
+                    ops.and_(kept, ops.not_(ops.lookup(s.committed, page, True))),
+                ))
+    return ops.and_(*conds)
+
+
+def _is_stale_term(ops: Ops, window: int | None, sink: int, t: int, o: int, h: Term) -> Term:
+    """Block o is stale at history h: sink blocks never, else (o+1)*t <= h+1-w."""
+    if window is None:
+        return ops.const(False)
+    sink_blocks = -(-sink // t)
+    if o < sink_blocks:
+        return ops.const(False)
+    if not ops.symbolic:
+        start, end = stale_range_for(window, sink, t, int(h))
+        return start <= o < end
+    return ops.le((o + 1) * t, ops.sub(ops.add(h, 1), window))
+
+
+def stale_range_for(window: int, sink: int, t: int, h: int) -> tuple[int, int]:
+    from .config import LifeCycle
+
+    return stale_range(LifeCycle("_", window=window, sink_tokens=sink), h, t)
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("slot_owned_once", "No slot is owned twice, and every occupied slot belongs to "
+              "the live page that sits in it (free + owned = all slots at every level and "
+              "pool group).", "step", slot_owned_once),
+    Invariant("locked_at_gpu", "A LOCKED page is at GPU with a valid slot, not queued and not "
+              "migrating.", "step", locked_at_gpu),
+    Invariant("queued_are_evictable", "A queued page is alive, has a slot, is not migrating "
+              "and is evictable: (DROPPABLE and committed) or (HELD and above the last level).",
+              "step", queued_are_evictable),
+    Invariant("pocket_entries_orphaned", "A pocket entry is an uncommitted HELD page owned by "
+              "that sequence and life cycle, and no block entry references it.", "step",
+              pocket_entries_orphaned),
+    Invariant("committed_never_parked", "Committed pages are never parked.", "step",
+              committed_never_parked),
+    Invariant("pocket_packed_and_bounded", "Pockets hold at most `capacity` distinct pages per "
+              "life cycle, in FIFO order, and only for SWA life cycles with the pocket enabled.",
+              "step", pocket_packed_and_bounded),
+    Invariant("inactive_pockets_empty", "Pockets are empty for sequences that are not ACTIVE "
+              "(suspend and close drain them).", "step", inactive_pockets_empty),
+    Invariant("popped_slots_valid", "Every popped slot was a GPU slot, and its page was at GPU "
+              "with a valid slot and not migrating.", "step", popped_slots_valid),
+    Invariant("no_unsynced_reuse", "A slot is reused only after its last use completed, or on "
+              "the same stream, or after waiting on its event.", "step", no_unsynced_reuse),
+    Invariant("index_matches_locks", "Each page-index entry holds its block's locked page's "
+              "slot, and BAD when the block holds no lock.", "step", index_matches_locks),
+    Invariant("lengths_ordered", "committed tokens <= history <= capacity <= max capacity.",
+              "step", lengths_ordered),
+    Invariant("queue_follows_evictability", "Outside API actions a live page is queued exactly "
+              "when it is evictable (pinned pocket pages excepted).", "api",
+              queue_follows_evictability),
+    Invariant("window_is_mapped", "An ACTIVE sequence's page-index table maps every in-window "
+              "block to its locked page's slot and every stale block to BAD; only blocks kept "
+              "for committing stay held after leaving the window.", "api", window_is_mapped),
+    Invariant("no_orphan_pages", "A DROPPABLE page exists only if it is committed and queued "
+              "(nothing leaks).", "api", no_orphan_pages),
+    Invariant("no_migration_in_flight", "No migration is in flight between API actions.", "api",
+              no_migration_in_flight),
+    # ---- strengthening lemmas used by the induction proofs ----
+    Invariant("dead_pages_are_blank", "A dead page record has no slot, no holders or locks, "
+              "and is neither queued nor migrating.", "step", dead_pages_are_blank, aux=True),
+    Invariant("refcounts_match", "A page's lock count equals the block entries locking it; its "
+              "hold count equals the block entries holding it plus pocket entries.", "step",
+              refcounts_match, aux=True),
+    Invariant("entries_are_live", "A block entry references a live page of that life cycle "
+              "and ordinal, committed or owned by the sequence; only non-empty entries lock.",
+              "step", entries_are_live, aux=True),
+    Invariant("no_page_in_two_pockets", "No page sits in two pocket positions.", "step",
+              no_page_in_two_pockets, aux=True),
+    Invariant("inactive_sequences_unlocked", "Only ACTIVE sequences lock pages; FREE and CLOSED "
+              "sequences hold no blocks.", "step", inactive_sequences_unlocked, aux=True),
+    Invariant("pinned_pockets_stay", "Under the pin policy a parked page stays at GPU with its "
+              "slot, unqueued and not migrating.", "step", pinned_pockets_stay, aux=True),
+)
+
+INVARIANTS_BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
+
+
+def violated(ops: Ops, lay: Layout, s: State, scope: Scope | None = None) -> list[Invariant]:
+    """Invariants (of a scope, or all) that do not hold in concrete state s."""
+    return [
+        inv for inv in INVARIANTS
+        if (scope is None or inv.scope == scope or (scope == "api" and inv.scope == "step"))
+        and not inv.predicate(ops, lay, s)
+    ]

@@ -1,0 +1,213 @@
+"""The model's state: fixed-size arrays, one field per variable, nothing hidden.
+
+Pages are records 0..P-1 (`alive` says which are in use). Multi-dimensional
+arrays are flattened; `Layout` turns (level, pool group, slot) or
+(sequence, life cycle, ordinal) into a flat index, with ops arithmetic so an
+index can be a symbolic term. Only `Layout` knows the flattening.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from .config import (
+    BAD_PAGE_INDEX,
+    NONE,
+    NO_SLOT,
+    CommitState,
+    KVConfig,
+    PageStatus,
+    SeqStatus,
+)
+from .logic import Ops, Term
+
+COPY_STREAM_OFFSET = 0  # the copy stream's id is num_sequences (compute streams are 0..S-1)
+IDLE = -1  # a slot with no outstanding GPU work
+
+
+@dataclass(frozen=True)
+class State:
+    # ---- per page (length P) ----
+    alive: tuple[Term, ...]
+    lc: tuple[Term, ...]
+    committed: tuple[Term, ...]
+    level: tuple[Term, ...]
+    slot: tuple[Term, ...]  # NO_SLOT when the page has no slot
+    locks: tuple[Term, ...]  # number of block entries that lock the page (LOCKED iff > 0)
+    holds: tuple[Term, ...]  # number of unlocked holders: block entries and pocket entries
+    queued: tuple[Term, ...]  # scheduled for eviction at its level
+    stamp: tuple[Term, ...]  # when it was last scheduled (LRU order within a priority)
+    owner: tuple[Term, ...]  # owning sequence of an uncommitted page, NONE for committed
+    ordinal: tuple[Term, ...]  # block ordinal
+    key: tuple[Term, ...]  # block key of a committed page (interned token prefix), NONE otherwise
+    dst_level: tuple[Term, ...]  # level a migration in flight goes to, NONE if not moving
+    dst_slot: tuple[Term, ...]  # slot reserved at dst_level for that migration
+    # ---- per (level, pool group, slot), flattened ----
+    slot_owner: tuple[Term, ...]  # page id occupying the slot, NONE if free
+    slot_busy: tuple[Term, ...]  # stream with outstanding work on the slot, IDLE if none
+    # ---- per sequence ----
+    seq_status: tuple[Term, ...]
+    commit_state: tuple[Term, ...]
+    capacity: tuple[Term, ...]
+    history: tuple[Term, ...]
+    committed_tokens: tuple[Term, ...]
+    # ---- per (sequence, life cycle, ordinal) ----
+    entry: tuple[Term, ...]  # page id held or locked by that block, NONE if none
+    entry_locked: tuple[Term, ...]  # the entry is a lock (else a holder)
+    index: tuple[Term, ...]  # the page-index table attention kernels read
+    # ---- per (sequence, life cycle, pocket position), FIFO order, packed at the front ----
+    pocket: tuple[Term, ...]
+    # ---- scalars ----
+    clock: Term  # next LRU stamp
+    fault_alloc: Term  # injected: the next slot allocation fails (consumed by the failure)
+    fault_copy: Term  # injected: the next migration copy fails (consumed by the failure)
+    # ---- history (ghost) variables: they record that something unsafe happened ----
+    bad_pop: Term  # a pop took a slot that was not a valid GPU slot of a GPU-resident page
+    unsynced_reuse: Term  # a slot was reused before its last use on another stream completed
+    # ---- token content (concrete only: read by the API layer, never by page actions) ----
+    tokens: tuple[tuple[int, ...], ...] = ()  # committed tokens per sequence
+    block_keys: tuple[tuple[int, ...], ...] = ()  # interned token prefixes; a key is an index
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+STATE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(State))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes and flattening for one configuration."""
+
+    cfg: KVConfig
+
+    @property
+    def pages(self) -> int:
+        return self.cfg.max_pages
+
+    @property
+    def seqs(self) -> int:
+        return self.cfg.num_sequences
+
+    @property
+    def lcs(self) -> int:
+        return self.cfg.num_life_cycles
+
+    @property
+    def blocks(self) -> int:
+        return self.cfg.max_blocks
+
+    @property
+    def pocket_cap(self) -> int:
+        return self.cfg.pocket.capacity
+
+    @property
+    def copy_stream(self) -> int:
+        return self.cfg.num_sequences + COPY_STREAM_OFFSET
+
+    def level_offset(self, level: int) -> int:
+        groups = self.cfg.num_pool_groups
+        return sum(n * groups for n in self.cfg.slots_per_level[:level])
+
+    @property
+    def total_slots(self) -> int:
+        return self.level_offset(self.cfg.num_levels)
+
+    def slots_at(self, level: int) -> int:
+        return self.cfg.slots_per_level[level]
+
+    def slot_ix(self, ops: Ops, level: Term, pg: Term, slot: Term) -> Term:
+        """Flat index of (level, pool group, slot); symbolic levels select among offsets."""
+        groups = self.cfg.num_pool_groups
+        if not ops.symbolic:
+            if not (0 <= level < self.cfg.num_levels and 0 <= pg < groups):
+                return -1
+            n = self.slots_at(level)
+            return self.level_offset(level) + pg * n + slot if 0 <= slot < n else -1
+        result: Term = ops.const(-1)
+        for lv in range(self.cfg.num_levels):
+            n = self.slots_at(lv)
+            base = self.level_offset(lv)
+            flat = _affine(ops, base, [(pg, n), (slot, 1)])
+            in_range = ops.and_(ops.le(0, slot), ops.lt(slot, n), ops.le(0, pg), ops.lt(pg, groups))
+            result = ops.ite(ops.and_(ops.eq(level, lv), in_range), flat, result)
+        return result
+
+    def slot_coords(self, flat: int) -> tuple[int, int, int]:
+        for lv in range(self.cfg.num_levels):
+            n = self.slots_at(lv)
+            base = self.level_offset(lv)
+            if flat < base + n * self.cfg.num_pool_groups:
+                rel = flat - base
+                return lv, rel // n, rel % n
+        raise IndexError(flat)
+
+    def entry_ix(self, ops: Ops, seq: Term, lc: Term, ordinal: Term) -> Term:
+        ok = ops.and_(
+            ops.le(0, seq), ops.lt(seq, self.seqs), ops.le(0, lc), ops.lt(lc, self.lcs),
+            ops.le(0, ordinal), ops.lt(ordinal, self.blocks),
+        )
+        flat = _affine(ops, 0, [(seq, self.lcs * self.blocks), (lc, self.blocks), (ordinal, 1)])
+        return ops.ite(ok, flat, -1)
+
+    def pocket_ix(self, ops: Ops, seq: Term, lc: Term, k: Term) -> Term:
+        cap = self.pocket_cap
+        ok = ops.and_(
+            ops.le(0, seq), ops.lt(seq, self.seqs), ops.le(0, lc), ops.lt(lc, self.lcs),
+            ops.le(0, k), ops.lt(k, cap),
+        )
+        return ops.ite(ok, _affine(ops, 0, [(seq, self.lcs * cap), (lc, cap), (k, 1)]), -1)
+
+    def initial_state(self) -> State:
+        p, s = self.pages, self.seqs
+        e = s * self.lcs * self.blocks
+        return State(
+            alive=(False,) * p, lc=(0,) * p, committed=(False,) * p, level=(0,) * p,
+            slot=(NO_SLOT,) * p, locks=(0,) * p, holds=(0,) * p, queued=(False,) * p,
+            stamp=(0,) * p, owner=(NONE,) * p, ordinal=(0,) * p, key=(NONE,) * p,
+            dst_level=(NONE,) * p, dst_slot=(NO_SLOT,) * p,
+            slot_owner=(NONE,) * self.total_slots, slot_busy=(IDLE,) * self.total_slots,
+            seq_status=(int(SeqStatus.FREE),) * s, commit_state=(int(CommitState.ALLOWED),) * s,
+            capacity=(0,) * s, history=(0,) * s, committed_tokens=(0,) * s,
+            entry=(NONE,) * e, entry_locked=(False,) * e, index=(BAD_PAGE_INDEX,) * e,
+            pocket=(NONE,) * (s * self.lcs * self.pocket_cap),
+            clock=0, fault_alloc=False, fault_copy=False, bad_pop=False, unsynced_reuse=False,
+            tokens=((),) * s, block_keys=(),
+        )
+
+
+def _affine(ops: Ops, base: int, terms: list[tuple[Term, int]]) -> Term:
+    """base + sum(x * k) using only add (multiplication by a constant as repeated structure)."""
+    if not ops.symbolic:
+        return base + sum(int(x) * k for x, k in terms)
+    acc: Term = ops.const(base)
+    for x, k in terms:
+        acc = ops.add(acc, x * k)  # Z3 integer terms support * by a Python int
+    return acc
+
+
+# ---- derived predicates, shared by guards, effects and invariants ------------------------
+
+
+def status(ops: Ops, s: State, p: Term) -> Term:
+    """PageStatus of page p as a term."""
+    locks = ops.lookup(s.locks, p, 0)
+    holds = ops.lookup(s.holds, p, 0)
+    return ops.ite(
+        ops.lt(0, locks), int(PageStatus.LOCKED),
+        ops.ite(ops.lt(0, holds), int(PageStatus.HELD), int(PageStatus.DROPPABLE)),
+    )
+
+
+def evictable(ops: Ops, cfg: KVConfig, s: State, p: Term) -> Term:
+    """Upstream `is_evictable`: (DROPPABLE and committed) or (HELD and not at the last level)."""
+    st = status(ops, s, p)
+    return ops.or_(
+        ops.and_(ops.eq(st, int(PageStatus.DROPPABLE)), ops.lookup(s.committed, p, False)),
+        ops.and_(ops.eq(st, int(PageStatus.HELD)), ops.lt(ops.lookup(s.level, p, 0), cfg.last_level)),
+    )
+
+
+def with_fields(s: State, **changes: Term) -> State:
+    return replace(s, **changes)
