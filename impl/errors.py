@@ -85,3 +85,7 @@ class LeakError(KVPocketError):
 
 class SimulatorError(KVPocketError):
     """The stream simulator was driven into an impossible state (e.g. deadlock)."""
+
+
+class ManagerShutdownError(KVPocketError):
+    """The manager was shut down; no further operation is allowed."""

@@ -20,6 +20,7 @@ Then the victim migrates to L+1.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from kvpocket.model.config import GPU_LEVEL, NO_SLOT, KVConfig, PocketPolicy
@@ -42,6 +43,7 @@ class Storage:
         self.backend = backend
         self.last = cfg.last_level
         self.pin = cfg.pocket.policy is PocketPolicy.PIN
+        self.num_groups = cfg.num_pool_groups
         groups = range(cfg.num_pool_groups)
         self.allocs = [[SlotAllocator(lv, g, n) for g in groups]
                        for lv, n in enumerate(cfg.slots_per_level)]
@@ -93,12 +95,11 @@ class Storage:
             q.remove(page.pid, op)
 
     def unqueue(self, page: Page, op: Op) -> None:
-        """Remove a page from whatever queue holds it (no-op if none)."""
-        for qs in self.queues:
-            q = qs[page.group]
-            if page.pid in q:
-                q.remove(page.pid, op)
-                return
+        """Remove a page from its level's queue (no-op if not queued). `requeue` only
+        ever queues a page at its current level, and migration re-queues it."""
+        q = self.queues[page.level][page.group]
+        if page.pid in q:
+            q.remove(page.pid, op)
 
     def settle(self, page: Page, op: Op, seq: int | None) -> None:
         """After a lock/hold went away: an unowned uncommitted page dies, else requeue."""
@@ -131,8 +132,7 @@ class Storage:
             ev.stream = stream  # known now; the record itself is deferred to commit
             self._new_events.add(ev.id)
             op.fences[stream.id] = ev
-            backend, e = self.backend, ev
-            op.defer(lambda: backend.record(e, stream))
+            op.defer(partial(self.backend.record, ev, stream))
             op.count("events_recorded", seq)
         return ev
 
@@ -147,8 +147,7 @@ class Storage:
         for ev in evs:
             if ev.stream is None or ev.stream.id == stream.id or self.done(ev):
                 continue
-            backend, e = self.backend, ev
-            op.defer(lambda: backend.wait_event(stream, e))
+            op.defer(partial(self.backend.wait_event, stream, ev))
             op.count("cross_stream_waits", seq)
 
     # ---- slots -------------------------------------------------------------------------
@@ -260,7 +259,7 @@ class Storage:
 
     def bring_to_gpu(self, pages: list[Page], op: Op, seq: int | None) -> None:
         """Migrate (already unqueued) pages up to GPU, making room first."""
-        need = [0] * self.cfg.num_pool_groups
+        need = [0] * self.num_groups
         for p in pages:
             if p.level != GPU_LEVEL:
                 need[p.group] += 1

@@ -53,7 +53,7 @@ class Op:
         self.choices.append(choice)
 
     def count(self, name: str, seq: int | None, n: int = 1) -> None:
-        self.counts.add(name, seq, n)
+        self.counts.items[(name, seq)] += n
 
     # ---- savepoints --------------------------------------------------------------------
     def savepoint(self) -> tuple[int, int, int, dict[tuple[str, int | None], int], dict[int, Any]]:

@@ -8,7 +8,7 @@ different experiment.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from enum import Enum, IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 GPU_LEVEL = 0
@@ -39,7 +39,7 @@ class PageStatus(IntEnum):
     DROPPABLE = 2  # both allowed
 
 
-class PocketPolicy(str, Enum):
+class PocketPolicy(StrEnum):
     """How a pop from the reuse pocket protects itself against migration while parked."""
 
     REVALIDATE = "revalidate"  # pop re-checks level, slot, queue; unqueues; waits on the event
@@ -156,9 +156,10 @@ class KVConfig:
     pocket: PocketConfig = field(default_factory=PocketConfig)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.pocket.policy, PocketPolicy):
+        policy: object = self.pocket.policy  # a plain string is accepted too
+        if not isinstance(policy, PocketPolicy):
             object.__setattr__(
-                self, "pocket", replace(self.pocket, policy=PocketPolicy.parse(self.pocket.policy))
+                self, "pocket", replace(self.pocket, policy=PocketPolicy.parse(policy))
             )
         if self.max_pages == 0 and isinstance(self.slots_per_level, tuple):
             total = sum(self.slots_per_level) * max(1, self.num_pool_groups_unchecked())

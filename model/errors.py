@@ -59,5 +59,5 @@ class ChoiceRejected(ModelError):
         self.legal = legal
 
 
-class OutOfPages(Exception):  # noqa: N818 - mirrors upstream OutOfPagesError
+class OutOfPages(Exception):
     """Raised inside an API action; the action rolls back and reports failure."""

@@ -232,13 +232,76 @@ def inactive_sequences_unlocked(ops: Ops, lay: Layout, s: State) -> Term:
     conds = []
     for seq in range(lay.seqs):
         active = ops.eq(s.seq_status[seq], int(SeqStatus.ACTIVE))
+        for lc in range(lay.lcs):
+            for o in range(lay.blocks):
+                e = lay.entry_ix(ops, seq, lc, o)
+                conds.append(ops.implies(ops.not_(active), ops.not_(s.entry_locked[e])))
+    return ops.and_(*conds)
+
+
+def gone_sequences_hold_nothing(ops: Ops, lay: Layout, s: State) -> Term:
+    # Not a step invariant: `create` holds prefix pages before the sequence leaves FREE.
+    conds = []
+    for seq in range(lay.seqs):
         gone = ops.or_(ops.eq(s.seq_status[seq], int(SeqStatus.FREE)),
                        ops.eq(s.seq_status[seq], int(SeqStatus.CLOSED)))
         for lc in range(lay.lcs):
             for o in range(lay.blocks):
                 e = lay.entry_ix(ops, seq, lc, o)
-                conds.append(ops.implies(ops.not_(active), ops.not_(s.entry_locked[e])))
                 conds.append(ops.implies(gone, ops.eq(s.entry[e], NONE)))
+    return ops.and_(*conds)
+
+
+def values_in_range(ops: Ops, lay: Layout, s: State) -> Term:
+    cfg = lay.cfg
+    levels = cfg.num_levels
+
+    def slot_fits(level: Term, slot: Term) -> Term:
+        return ops.or_(*(
+            ops.and_(ops.eq(level, lv), ops.le(0, slot), ops.lt(slot, lay.slots_at(lv)))
+            for lv in range(levels)
+        ))
+
+    def between(x: Term, lo: int, hi: int) -> Term:
+        return ops.and_(ops.le(lo, x), ops.lt(x, hi))
+
+    conds = [ops.le(0, s.clock)]
+    for p in _pages(lay):
+        conds += [
+            between(s.lc[p], 0, lay.lcs), between(s.level[p], 0, levels),
+            ops.or_(ops.eq(s.slot[p], NO_SLOT), slot_fits(s.level[p], s.slot[p])),
+            ops.le(0, s.locks[p]), ops.le(0, s.holds[p]), between(s.owner[p], NONE, lay.seqs),
+            between(s.ordinal[p], 0, lay.blocks), ops.le(NONE, s.key[p]),
+            ops.le(0, s.stamp[p]), ops.lt(s.stamp[p], ops.add(s.clock, 1)),
+            ops.ite(ops.eq(s.dst_level[p], NONE), ops.eq(s.dst_slot[p], NO_SLOT),
+                    slot_fits(s.dst_level[p], s.dst_slot[p])),
+        ]
+    conds += [between(x, NONE, lay.pages) for x in s.slot_owner]
+    conds += [between(x, -1, lay.seqs + 1) for x in s.slot_busy]
+    conds += [between(x, 0, len(SeqStatus)) for x in s.seq_status]
+    conds += [between(x, 0, len(CommitState)) for x in s.commit_state]
+    conds += [between(x, NONE, lay.pages) for x in s.entry]
+    conds += [between(x, NONE, lay.pages) for x in s.pocket]
+    return ops.and_(*conds)
+
+
+def live_pages_have_slots(ops: Ops, lay: Layout, s: State) -> Term:
+    return ops.and_(*(
+        ops.implies(s.alive[p], ops.ne(s.slot[p], NO_SLOT)) for p in _pages(lay)
+    ))
+
+
+def migrations_reserved(ops: Ops, lay: Layout, s: State) -> Term:
+    conds = []
+    for p in _pages(lay):
+        lvl, dst = s.level[p], s.dst_level[p]
+        dst_ix = lay.slot_ix(ops, dst, pool_group(ops, lay, s.lc[p]), s.dst_slot[p])
+        conds.append(ops.implies(moving(ops, s, p), ops.and_(
+            s.alive[p], ops.ne(s.slot[p], NO_SLOT),
+            ops.or_(ops.eq(dst, ops.add(lvl, 1)), ops.and_(ops.eq(dst, GPU_LEVEL),
+                                                           ops.lt(GPU_LEVEL, lvl))),
+            ops.ne(dst_ix, -1), ops.eq(ops.lookup(s.slot_owner, dst_ix, NONE), p),
+        )))
     return ops.and_(*conds)
 
 
@@ -361,8 +424,19 @@ INVARIANTS: tuple[Invariant, ...] = (
               "step", entries_are_live, aux=True),
     Invariant("no_page_in_two_pockets", "No page sits in two pocket positions.", "step",
               no_page_in_two_pockets, aux=True),
-    Invariant("inactive_sequences_unlocked", "Only ACTIVE sequences lock pages; FREE and CLOSED "
-              "sequences hold no blocks.", "step", inactive_sequences_unlocked, aux=True),
+    Invariant("inactive_sequences_unlocked", "Only ACTIVE sequences lock pages.", "step",
+              inactive_sequences_unlocked, aux=True),
+    Invariant("gone_sequences_hold_nothing", "FREE and CLOSED sequences hold no blocks.", "api",
+              gone_sequences_hold_nothing),
+    Invariant("values_in_range", "Every variable is within its type: life cycle, level, slot "
+              "and destination slot exist at their level, counts are non-negative, stamps "
+              "precede the clock, ids are NONE or a valid page/sequence/stream.", "step",
+              values_in_range, aux=True),
+    Invariant("live_pages_have_slots", "Every live page occupies a slot at its level (a page "
+              "dies when it loses its last slot).", "step", live_pages_have_slots, aux=True),
+    Invariant("migrations_reserved", "A migrating page is alive with a slot, moves one level "
+              "down or up to GPU, and owns its reserved destination slot.", "step",
+              migrations_reserved, aux=True),
     Invariant("pinned_pockets_stay", "Under the pin policy a parked page stays at GPU with its "
               "slot, unqueued and not migrating.", "step", pinned_pockets_stay, aux=True),
 )

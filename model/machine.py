@@ -25,6 +25,7 @@ class Model:
     def __init__(self, cfg: KVConfig, chooser: Chooser | None = None) -> None:
         self.cfg = cfg
         self.layout = Layout(cfg)
+        self.ops = CONCRETE
         self.state: State = self.layout.initial_state()
         self.chooser: Chooser = chooser or LowestChooser()
         self.last_steps: list[Step] = []

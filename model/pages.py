@@ -316,6 +316,9 @@ def g_hold(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     return [
         ("page is alive", ops.lookup(s.alive, page, False)),
         ("page is committed", ops.lookup(s.committed, page, False)),
+        ("page is of that life cycle and block ordinal", ops.and_(
+            ops.eq(ops.lookup(s.lc, page, -1), p["lc"]),
+            ops.eq(ops.lookup(s.ordinal, page, -1), p["ordinal"]))),
         ("page is not migrating", ops.not_(moving(ops, s, page))),
         ("block has no page", ops.and_(ops.ne(e, -1), ops.eq(ops.lookup(s.entry, e, 0), NONE))),
     ]

@@ -13,8 +13,8 @@ from typing import Any
 
 from .config import (
     BAD_PAGE_INDEX,
-    NONE,
     NO_SLOT,
+    NONE,
     CommitState,
     KVConfig,
     PageStatus,

@@ -28,7 +28,7 @@ class CupyBackend:
 
     def __init__(self, disk_dir: str | None = None, device: int = 0) -> None:
         import cupy
-        import cupyx
+        import cupyx  # type: ignore[import-untyped]
 
         self._cp = cupy
         self._cpx = cupyx

@@ -1,0 +1,497 @@
+"""One sequence's KV cache: block entries, index tables, pocket, and its operations.
+
+Block entries per (life cycle, ordinal): no page, a *lock* on a page (ACTIVE,
+non-stale: the page is at GPU and the index table holds its slot) or a
+*hold* (SUSPENDED, or a stale uncommitted block kept for a later commit).
+Every method validates first and mutates only through an `Op`, so a raised
+misuse error or a failed (rolled back) operation leaves everything unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kvpocket.model.config import (
+    BAD_PAGE_INDEX,
+    GPU_LEVEL,
+    NO_SLOT,
+    CommitState,
+    LifeCycle,
+    PocketPolicy,
+    SeqStatus,
+    stale_range,
+)
+
+from .allocator import Events
+from .errors import (
+    CapacityError,
+    CommitNotAllowedError,
+    HistoryDecreaseError,
+    SequenceClosedError,
+    SequenceStateError,
+    UnknownLifeCycleError,
+)
+from .page import Page
+from .radix import ROOT
+from .undo import Op
+
+if TYPE_CHECKING:
+    from .manager import KVCacheManager
+
+
+def _next_stale_change(lcs: Sequence[LifeCycle], h: int, t: int) -> int:
+    """Smallest history h' > h at which some SWA stale range may change (fast path bound)."""
+    best = 1 << 62
+    for lc in lcs:
+        if lc.window is None:
+            continue
+        sink_blocks = -(-lc.sink_tokens // t)
+        ceil_h = -(-h // t)
+        if ceil_h < sink_blocks:
+            best = min(best, ceil_h * t + 1)
+        best = min(best, ((h + 1 - lc.window) // t + 1) * t + lc.window - 1)
+    return max(best, h + 1)
+
+
+def _del_tail(lst: list[Any], n: int) -> None:
+    del lst[n:]
+
+
+class KVCache:
+    """Handle of one sequence. Create it with `KVCacheManager.create`."""
+
+    def __init__(self, mgr: KVCacheManager, seq_id: int) -> None:
+        cfg = mgr.cfg
+        self._mgr = mgr
+        self._st = mgr.storage
+        self._lcs = cfg.life_cycles
+        self._t = cfg.tokens_per_block
+        self.seq_id = seq_id
+        self.stream = mgr.backend.new_stream(f"seq{seq_id}")
+        self.status = SeqStatus.SUSPENDED
+        self.capacity = 0
+        self.history = 0
+        self.committed: list[int] = []
+        self.commit_state = CommitState.ALLOWED
+        self.num_committed_blocks = 0
+        self.tree_nodes: list[int] = []
+        self.num_blocks = 0
+        n = cfg.num_life_cycles
+        self.pages: list[list[Page | None]] = [[] for _ in range(n)]
+        self.locked: list[list[bool]] = [[] for _ in range(n)]
+        self.index = np.full((n, cfg.max_blocks), BAD_PAGE_INDEX, dtype=np.int32)
+        self.pocket: list[deque[Page]] = [deque() for _ in range(n)]
+        self._stale = [stale_range(lc, 0, self._t) for lc in self._lcs]
+        self._next_change = _next_stale_change(self._lcs, 0, self._t)
+        self._pocket_on = cfg.pocket.enabled
+        self._max_cap = cfg.max_capacity
+        self._device_index: Any = None
+        self._index_dirty = True
+
+    # ---- public queries ----------------------------------------------------------------
+    @property
+    def history_length(self) -> int:
+        return self.history
+
+    @property
+    def num_committed_tokens(self) -> int:
+        return len(self.committed)
+
+    def page_table(self, lc: int) -> Any:
+        """The page-index table of a life cycle (int32, `max_blocks` long, BAD = -1):
+        a NumPy view on the NumPy backend, a device array on CuPy."""
+        self._check_lc(lc)
+        if self._mgr.backend.name == "numpy":
+            return self.index[lc]
+        if self._index_dirty or self._device_index is None:
+            self._device_index = self._mgr.backend.device_table(self.index)
+            self._index_dirty = False
+        return self._device_index[lc]
+
+    def stale_range(self, lc: int) -> tuple[int, int]:
+        self._check_lc(lc)
+        return stale_range(self._lcs[lc], self.history, self._t)
+
+    def pocket_pages(self, lc: int) -> list[int]:
+        self._check_lc(lc)
+        return [p.pid for p in self.pocket[lc]]
+
+    # ---- checks ------------------------------------------------------------------------
+    def _check_lc(self, lc: int) -> None:
+        if isinstance(lc, bool) or not isinstance(lc, int) or not 0 <= lc < len(self._lcs):
+            raise UnknownLifeCycleError(
+                f"life cycle {lc!r} does not exist (have 0..{len(self._lcs) - 1})"
+            )
+
+    def _require(self, what: str, *allowed: SeqStatus) -> None:
+        self._mgr._check_open()
+        if self.status is SeqStatus.CLOSED:
+            raise SequenceClosedError(f"sequence {self.seq_id} is closed; cannot {what}")
+        if self.status not in allowed:
+            names = "/".join(s.name for s in allowed)
+            raise SequenceStateError(
+                f"sequence {self.seq_id} is {self.status.name}; {what} needs {names}"
+            )
+
+    # ---- entry helpers -----------------------------------------------------------------
+    def _set_index(self, i: int, b: int, value: int, op: Op) -> None:
+        op.setitem(self.index, (i, b), value)
+        self._index_dirty = True
+
+    def _unlock(self, i: int, b: int, page: Page, op: Op) -> None:
+        op.set(page, "locks", page.locks - 1)
+        if all(s.id != self.stream.id for s in page.users):
+            op.set(page, "users", (*page.users, self.stream))
+        op.setitem(self.locked[i], b, False)
+        self._set_index(i, b, BAD_PAGE_INDEX, op)
+
+    def _release_entry(self, i: int, b: int, op: Op) -> None:
+        page = self.pages[i][b]
+        if page is None:
+            return
+        if self.locked[i][b]:
+            self._unlock(i, b, page, op)
+        else:
+            op.set(page, "holds", page.holds - 1)
+        op.setitem(self.pages[i], b, None)
+        self._st.settle(page, op, self.seq_id)
+
+    def _install(self, i: int, b: int, slot: int, evs: Events, op: Op, wait: bool) -> None:
+        page = self._st.new_page(i, GPU_LEVEL, slot, self.seq_id, b, op)
+        page.locks = 1  # a fresh object: the registry undo entry covers it
+        if wait:
+            self._st.wait_for(self.stream, evs, op, self.seq_id)
+        op.setitem(self.pages[i], b, page)
+        op.setitem(self.locked[i], b, True)
+        self._set_index(i, b, slot, op)
+
+    # ---- stale transition (shared by resize and commit) --------------------------------
+    def _stale_transition(self, h: int, op: Op) -> list[Page]:
+        """Unlock blocks that leave the window at history `h`. Returns the orphans:
+        uncommitted pages no entry keeps, HELD by the caller until it settles them."""
+        orphans: list[Page] = []
+        if h < self._next_change:
+            return orphans  # no stale range moves below this history
+        st, seq = self._st, self.seq_id
+        for i, lc in enumerate(self._lcs):
+            if lc.window is None:
+                continue
+            s0, e0 = self._stale[i]
+            s1, e1 = stale_range(lc, h, self._t)
+            if (s0, e0) == (s1, e1):
+                continue
+            op.setitem(self._stale, i, (s1, e1))
+            for b in range(max(e0, s1), min(self.num_blocks, e1)):
+                page = self.pages[i][b]
+                if page is None or not self.locked[i][b]:
+                    continue
+                self._unlock(i, b, page, op)
+                if b >= self.num_committed_blocks and self.commit_state is CommitState.ALLOWED:
+                    op.set(page, "holds", page.holds + 1)  # kept for a later commit
+                    st.requeue(page, op)
+                elif page.committed:
+                    op.setitem(self.pages[i], b, None)  # stays only in the radix tree
+                    st.settle(page, op, seq)
+                else:
+                    op.setitem(self.pages[i], b, None)
+                    op.set(page, "holds", page.holds + 1)  # backup holder until settled
+                    st.requeue(page, op)
+                    orphans.append(page)
+        op.set(self, "_next_change", _next_stale_change(self._lcs, h, self._t))
+        return orphans
+
+    def _parkable(self, page: Page) -> bool:
+        pc = self._mgr.cfg.pocket
+        return (pc.enabled and self._lcs[page.lc].is_swa and not page.committed
+                and self.commit_state is not CommitState.ALLOWED
+                and page.level == GPU_LEVEL and page.has_slot
+                and len(self.pocket[page.lc]) < pc.capacity)
+
+    def _settle_orphans(self, orphans: list[Page], op: Op, park: bool) -> None:
+        for page in orphans:
+            if park and self._parkable(page):
+                pocket = self.pocket[page.lc]
+                pocket.append(page)
+                op.on_undo(pocket.pop)
+                op.set(page, "pocket_owner", self.seq_id)
+                self._st.requeue(page, op)  # under `pin` this unqueues it
+                op.choose(("park", self.seq_id, page.lc, page.pid))
+                op.count("pocket_parks", self.seq_id)
+            else:
+                op.set(page, "holds", page.holds - 1)
+                self._st.settle(page, op, self.seq_id)
+
+    def _pop(self, i: int, op: Op) -> tuple[int, Events, bool] | None:
+        """Take a slot from the pocket (oldest first). Returns (slot, events, wait)."""
+        pocket, st, seq = self.pocket[i], self._st, self.seq_id
+        policy = self._mgr.cfg.pocket.policy
+        while pocket:
+            page = pocket.popleft()
+            op.on_undo(pocket.appendleft, page)
+            op.set(page, "pocket_owner", None)
+            if policy is PocketPolicy.REVALIDATE and not (
+                page.alive and page.level == GPU_LEVEL and page.has_slot
+            ):
+                op.choose(("refuse", seq, i, page.pid))
+                op.count("pocket_refusals", seq)
+                op.set(page, "holds", page.holds - 1)
+                st.settle(page, op, seq)
+                continue
+            # `unsafe` takes the slot id whatever level the page is at now: the bug.
+            st.unqueue(page, op)
+            evs = page.events + tuple(
+                st.stream_fence(s, op, seq) for s in page.users if s.id != self.stream.id
+            )
+            slot = page.slot
+            op.set(page, "slot", NO_SLOT)
+            op.set(page, "holds", page.holds - 1)
+            st.settle(page, op, seq)
+            op.choose(("pop", seq, i, page.pid))
+            op.count("pocket_pops", seq)
+            return slot, evs, policy is not PocketPolicy.UNSAFE
+        return None
+
+    def _drain_pocket(self, op: Op) -> None:
+        for pocket in self.pocket:
+            while pocket:
+                page = pocket.popleft()
+                op.on_undo(pocket.appendleft, page)
+                op.set(page, "pocket_owner", None)
+                op.set(page, "holds", page.holds - 1)
+                self._st.settle(page, op, self.seq_id)
+
+    def _on_stop_committing(self, op: Op) -> None:
+        """Held uncommitted stale entries lose their reason to exist: they die."""
+        for i, lc in enumerate(self._lcs):
+            if lc.window is None:
+                continue
+            s, e = self._stale[i]
+            for b in range(max(s, self.num_committed_blocks), min(e, self.num_blocks)):
+                page = self.pages[i][b]
+                if page is not None and not self.locked[i][b] and not page.committed:
+                    self._release_entry(i, b, op)
+
+    # ---- resize ------------------------------------------------------------------------
+    def resize(self, capacity: int | None = None, history_length: int | None = None) -> bool:
+        """Set capacity and history (None: keep). False (and no change) if out of pages."""
+        self._require("resize", SeqStatus.ACTIVE)
+        cap = self.capacity if capacity is None else capacity
+        h = self.history if history_length is None else history_length
+        for name, v in (("capacity", cap), ("history_length", h)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise CapacityError(f"{name} must be a non-negative int, got {v!r}")
+        if h < self.history:
+            raise HistoryDecreaseError(
+                f"sequence {self.seq_id}: history_length may not decrease ({self.history} -> {h})"
+            )
+        if cap < h:
+            raise CapacityError(f"sequence {self.seq_id}: capacity {cap} < history_length {h}")
+        max_cap = self._max_cap
+        if cap > max_cap:
+            raise CapacityError(
+                f"sequence {self.seq_id}: capacity {cap} exceeds max_blocks * tokens_per_block"
+                f" = {max_cap}"
+            )
+        nb = -(-cap // self._t)
+        if nb == self.num_blocks and h < self._next_change:
+            # Fast path: same blocks, same stale ranges; nothing to allocate or unlock.
+            self.capacity = cap
+            self.history = h
+            self._mgr._choices = []
+            return True
+        return self._mgr._run_bool(lambda op: self._resize_slow(cap, h, nb, op))
+
+    def _resize_slow(self, cap: int, h: int, nb: int, op: Op) -> None:
+        orphans = self._stale_transition(h, op)
+        if nb < self.num_blocks:
+            self._shrink(nb, op)
+        elif nb > self.num_blocks:
+            self._grow(nb, op)
+        op.set(self, "capacity", cap)
+        op.set(self, "history", h)
+        self._settle_orphans(orphans, op, park=True)  # only after growth succeeded
+
+    def _shrink(self, nb: int, op: Op) -> None:
+        for b in range(self.num_blocks - 1, nb - 1, -1):
+            for i in range(len(self._lcs)):
+                self._release_entry(i, b, op)
+        for pl in self.pages:
+            self._truncate(pl, nb, op)
+        for ll in self.locked:
+            self._truncate(ll, nb, op)
+        op.set(self, "num_blocks", nb)
+
+    @staticmethod
+    def _truncate(lst: list[Any], n: int, op: Op) -> None:
+        tail = lst[n:]
+        del lst[n:]
+        op.on_undo(lst.extend, tail)
+
+    def _grow(self, nb: int, op: Op) -> None:
+        old = self.num_blocks
+        for i in range(len(self._lcs)):
+            self.pages[i].extend([None] * (nb - old))
+            op.on_undo(_del_tail, self.pages[i], old)
+            self.locked[i].extend([False] * (nb - old))
+            op.on_undo(_del_tail, self.locked[i], old)
+        op.set(self, "num_blocks", nb)
+        pocket_on = self._pocket_on
+        need: list[tuple[int, int]] = []
+        per_group = [0] * self._st.num_groups
+        for b in range(old, nb):
+            for i, lc in enumerate(self._lcs):
+                if lc.window is not None:
+                    s, e = self._stale[i]
+                    if s <= b < e:
+                        continue  # born out of window: no page
+                    if pocket_on:
+                        got = self._pop(i, op)
+                        if got is not None:
+                            self._install(i, b, got[0], got[1], op, wait=got[2])
+                            continue
+                need.append((i, b))
+                per_group[lc.pool_group] += 1
+        for g, n in enumerate(per_group):
+            if n:
+                self._st.make_room(GPU_LEVEL, g, n, op, self.seq_id)
+        for i, b in need:
+            slot, evs = self._st.alloc(GPU_LEVEL, self._lcs[i].pool_group, op, self.seq_id)
+            self._install(i, b, slot, evs, op, wait=True)
+
+    # ---- commit ------------------------------------------------------------------------
+    def commit(self, tokens: Sequence[int]) -> None:
+        """Append committed tokens; full blocks go into the radix tree."""
+        self._require("commit", SeqStatus.ACTIVE)
+        if self.commit_state is not CommitState.ALLOWED:
+            raise CommitNotAllowedError(
+                f"sequence {self.seq_id}: commit after stop_committing (state USER_STOP)"
+            )
+        toks = list(tokens)
+        if any(isinstance(x, bool) or not isinstance(x, int) for x in toks):
+            raise CapacityError(f"sequence {self.seq_id}: tokens must be ints")
+        if len(self.committed) + len(toks) > self.capacity:
+            raise CapacityError(
+                f"sequence {self.seq_id}: {len(self.committed)} committed + {len(toks)} "
+                f"new tokens exceed capacity {self.capacity}"
+            )
+        self._mgr._run(lambda op: self._commit(toks, op))
+
+    def _commit(self, toks: list[int], op: Op) -> None:
+        st, tree, t = self._st, self._st.tree, self._t
+        self.committed.extend(toks)
+        op.on_undo(_del_tail, self.committed, len(self.committed) - len(toks))
+        while (self.commit_state is CommitState.ALLOWED
+               and self.num_committed_blocks < len(self.committed) // t):
+            b = self.num_committed_blocks
+            parent = self.tree_nodes[-1] if b else ROOT
+            key = tuple(self.committed[b * t:(b + 1) * t])
+            nid = tree.find(parent, key)
+            if nid is not None and tree.nodes[nid].has_page():
+                # Simplification: no rebasing onto an existing block; stop committing.
+                op.set(self, "commit_state", CommitState.USER_STOP)
+                self._on_stop_committing(op)
+                break
+            if nid is None:
+                nid = tree.add(parent, key, op)
+            for i in range(len(self._lcs)):
+                page = self.pages[i][b] if b < self.num_blocks else None
+                if page is None:
+                    continue
+                op.set(page, "committed", True)
+                op.set(page, "owner", None)
+                op.set(page, "node", nid)
+                tree.set_page(nid, i, page.pid, op)
+                s, e = self._stale[i]
+                if s <= b < e and not self.locked[i][b]:
+                    self._release_entry(i, b, op)  # committed stale: only the tree keeps it
+                else:
+                    st.requeue(page, op)
+            self.tree_nodes.append(nid)
+            op.on_undo(self.tree_nodes.pop)
+            op.set(self, "num_committed_blocks", b + 1)
+        if self.history < len(self.committed):
+            h = len(self.committed)
+            orphans = self._stale_transition(h, op)
+            op.set(self, "history", h)
+            self._settle_orphans(orphans, op, park=False)
+
+    def stop_committing(self) -> None:
+        self._require("stop_committing", SeqStatus.ACTIVE, SeqStatus.SUSPENDED)
+        if self.commit_state is CommitState.USER_STOP:
+            self._mgr._choices = []
+            return
+
+        def body(op: Op) -> None:
+            op.set(self, "commit_state", CommitState.USER_STOP)
+            self._on_stop_committing(op)
+
+        self._mgr._run(body)
+
+    # ---- suspend / resume / close ------------------------------------------------------
+    def suspend(self) -> None:
+        self._require("suspend", SeqStatus.ACTIVE)
+
+        def body(op: Op) -> None:
+            self._drain_pocket(op)
+            for i in range(len(self._lcs)):
+                for b in range(self.num_blocks):
+                    page = self.pages[i][b]
+                    if page is not None and self.locked[i][b]:
+                        self._unlock(i, b, page, op)
+                        op.set(page, "holds", page.holds + 1)
+                        self._st.requeue(page, op)
+            op.set(self, "status", SeqStatus.SUSPENDED)
+
+        self._mgr._run(body)
+
+    def resume(self) -> bool:
+        """Bring every in-window page to GPU and lock it; all or nothing."""
+        self._require("resume", SeqStatus.SUSPENDED)
+        return self._mgr._run_bool(self._resume)
+
+    def _resume(self, op: Op) -> None:
+        st = self._st
+        own: list[Page] = []
+        targets: list[tuple[int, int, Page]] = []
+        for i, lc in enumerate(self._lcs):
+            s, e = stale_range(lc, self.history, self._t)
+            for b in range(self.num_blocks):
+                page = self.pages[i][b]
+                if page is None:
+                    continue
+                own.append(page)
+                if not (s <= b < e):
+                    targets.append((i, b, page))
+        for page in own:  # pin: making room must never evict this sequence's pages
+            st.unqueue(page, op)
+        st.bring_to_gpu([p for _, _, p in targets], op, self.seq_id)
+        for i, b, page in targets:
+            st.wait_for(self.stream, page.events, op, self.seq_id)
+            op.set(page, "holds", page.holds - 1)
+            op.set(page, "locks", page.locks + 1)
+            op.setitem(self.locked[i], b, True)
+            self._set_index(i, b, page.slot, op)
+        for page in own:
+            st.requeue(page, op)
+        op.set(self, "status", SeqStatus.ACTIVE)
+
+    def close(self) -> None:
+        """Release everything (last block first). Idempotent."""
+        self._mgr._check_open()
+        if self.status is SeqStatus.CLOSED:
+            self._mgr._choices = []
+            return
+
+        def body(op: Op) -> None:
+            self._drain_pocket(op)
+            for b in range(self.num_blocks - 1, -1, -1):
+                for i in range(len(self._lcs)):
+                    self._release_entry(i, b, op)
+            op.set(self, "commit_state", CommitState.USER_STOP)
+            op.set(self, "status", SeqStatus.CLOSED)
+
+        self._mgr._run(body)

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# GPU suite: the gpu-marked implementation tests, then the decode A/B benchmark
+# (pocket off vs on) on the CuPy backend, in one go (budget: under 8 minutes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-.venv/bin/python}"
+[ -x "$PY" ] || PY=python3
+export PYTHONPATH=".devpath${PYTHONPATH:+:$PYTHONPATH}"
+OUT="${OUT:-kvpocket-out}"
+mkdir -p "$OUT"
+"$PY" -c "from kvpocket.impl import gpu_available; import sys; \
+print('gpu_available =', gpu_available()); sys.exit(0 if gpu_available() else 3)"
+timeout 300 "$PY" -m pytest tests/impl -m gpu -q -p no:cacheprovider -rs \
+  --junitxml="$OUT/gpu-tests.xml"
+timeout 150 "$PY" - <<'PY' | tee "$OUT/gpu-bench.json"
+import json
+from kvpocket.impl.bench_decode import run_decode_bench
+res = {"numpy": run_decode_bench(num_seqs=256, steps=64, backend="numpy"),
+       "cupy": run_decode_bench(num_seqs=256, steps=64, backend="cupy")}
+print(json.dumps(res, indent=1))
+PY

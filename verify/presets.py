@@ -1,0 +1,78 @@
+"""Named configurations. Small ones make eviction, migration and pocket reuse
+happen within a few steps; `kvpocket fuzz --list-configs` lists them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvpocket.model.config import (
+    ConfigError,
+    KVConfig,
+    LifeCycle,
+    PocketConfig,
+    PocketPolicy,
+    full_life_cycle,
+    swa_life_cycle,
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    config: KVConfig
+
+
+def _cfg(slots: tuple[int, ...], seqs: int = 2, lcs: tuple[LifeCycle, ...] | None = None,
+         t: int = 2, blocks: int = 6) -> KVConfig:
+    return KVConfig(
+        tokens_per_block=t,
+        life_cycles=lcs or (swa_life_cycle(window=3), full_life_cycle()),
+        slots_per_level=slots, num_sequences=seqs, max_blocks=blocks,
+        pocket=PocketConfig(enabled=True),
+    )
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset("tiny", "GPU + host, one SWA life cycle (window 3, 2 tokens/block), 2 sequences, "
+           "4 + 4 slots: the parked page migrates within a few steps",
+           _cfg((4, 4), lcs=(swa_life_cycle(window=3),))),
+    Preset("gpu-only", "GPU only, SWA + full attention, 2 sequences, 8 slots: HELD pages "
+           "are never evictable", _cfg((8,))),
+    Preset("two-level", "GPU + host, SWA + full attention sharing a pool group (two priority "
+           "buckets), 2 sequences, 6 + 6 slots", _cfg((6, 6))),
+    Preset("three-level", "GPU + host + disk, SWA + full attention, 3 sequences, 6 + 4 + 4 "
+           "slots: the cascade runs two levels deep", _cfg((6, 4, 4), seqs=3)),
+    Preset("sinks", "GPU + host, SWA with 2 sink tokens (window 4) + full attention, "
+           "2 sequences, 6 + 6 slots", _cfg(
+               (6, 6), lcs=(swa_life_cycle(window=4, sink_tokens=2), full_life_cycle()))),
+    Preset("offset", "GPU + host, SWA window 6 with 4 tokens/block ((w-1) mod t != 0: parked "
+           "pages wait several steps), 2 sequences, 5 + 5 slots",
+           _cfg((5, 5), lcs=(swa_life_cycle(window=6),), t=4)),
+    Preset("split-pools", "GPU + host, SWA and full attention in separate pool groups, "
+           "2 sequences, 4 + 4 slots per group", _cfg(
+               (4, 4), lcs=(swa_life_cycle(window=3), LifeCycle("full", pool_group=1)))),
+)}
+
+DEFAULT_PRESET = "two-level"
+
+
+def preset(name: str) -> KVConfig:
+    try:
+        return PRESETS[name].config
+    except KeyError:
+        raise ConfigError("config", "one of " + ", ".join(PRESETS), name) from None
+
+
+def decode_config(
+    policy: PocketPolicy | str = PocketPolicy.REVALIDATE, enabled: bool = True,
+    slots: tuple[int, ...] = (4, 4), window: int = 3, t: int = 2, seqs: int = 2,
+    blocks: int = 10,
+) -> KVConfig:
+    """One SWA life cycle and tiny pools, for decode scenarios: every mechanism (parking,
+    popping, migration while parked, OutOfPages) shows within a few steps."""
+    return KVConfig(
+        tokens_per_block=t, life_cycles=(swa_life_cycle(window=window),),
+        slots_per_level=slots, num_sequences=seqs, max_blocks=blocks,
+        pocket=PocketConfig(enabled=enabled, policy=PocketPolicy.parse(policy)),
+    )
