@@ -193,12 +193,11 @@ class KVCache:
                 if b >= self.num_committed_blocks and self.commit_state is CommitState.ALLOWED:
                     op.set(page, "holds", page.holds + 1)  # kept for a later commit
                     st.requeue(page, op)
-                elif page.committed:
-                    op.setitem(self.pages[i], b, None)  # stays only in the radix tree
-                    st.settle(page, op, seq)
                 else:
                     op.setitem(self.pages[i], b, None)
-                    op.set(page, "holds", page.holds + 1)  # backup holder until settled
+                    # A backup holder keeps the page (committed ones too) until growth has
+                    # succeeded, as upstream's backup_holders: it may migrate, not drop.
+                    op.set(page, "holds", page.holds + 1)
                     st.requeue(page, op)
                     orphans.append(page)
         op.set(self, "_next_change", _next_stale_change(self._lcs, h, self._t))
@@ -466,7 +465,7 @@ class KVCache:
                 own.append(page)
                 if not (s <= b < e):
                     targets.append((i, b, page))
-        for page in own:  # pin: making room must never evict this sequence's pages
+        for _, _, page in targets:  # pin: making room must never evict what we bring back
             st.unqueue(page, op)
         st.bring_to_gpu([p for _, _, p in targets], op, self.seq_id)
         for i, b, page in targets:

@@ -126,7 +126,7 @@ class DecodeOracle:
     def window_positions(self, kv: KVCache, lc: int) -> np.ndarray[Any, Any]:
         """Token positions attention reads at history h: sink tokens plus [h+1-w, h]."""
         h = kv.history
-        written = min(h + 1, len(self.tokens.get(kv.seq_id, [])))
+        written = min(h + 1, len(self.tokens.get(kv.seq_id, [])), kv.capacity)
         lcfg = self.mgr.cfg.life_cycles[lc]
         if lcfg.window is None:
             return np.arange(written, dtype=np.int64)

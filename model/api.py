@@ -84,55 +84,87 @@ def _queue_head_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
 # ---- storage: allocation and the eviction cascade ----------------------------------------
 
 
+def _where(ex: Executor, p: int) -> object:
+    """Where a page sits: (level, pool group, slot), the name both sides share."""
+    s = ex.s
+    return (s.level[p], pool_group(ex.ops, ex.lay, s.lc[p]), s.slot[p])
+
+
+def can_make_room(ex: Executor, level: int, pg: int) -> Term:
+    """One slot can be freed at (level, pool group): a free slot, or a queue head that can
+    leave (dropped at the last level or when DROPPABLE, or room below for it)."""
+    ops, lay = ex.ops, ex.lay
+    if level > lay.cfg.last_level:
+        return ops.const(False)
+    below = can_make_room(ex, level + 1, pg)
+    head = _queue_head_at(ex, level, pg)
+    leaves = ops.or_(*(
+        ops.and_(head(p), ops.or_(
+            ops.const(level == lay.cfg.last_level),
+            ops.eq(status(ops, ex.s, p), int(PageStatus.DROPPABLE)), below))
+        for p in range(lay.pages)
+    ))
+    return ops.or_(ops.lt(0, _free_count(ex, level, pg)), leaves)
+
+
 def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
     """Free `need` slots at (level, pool group) by evicting queue heads, cascading down.
 
-    A DROPPABLE victim is demoted only into a free slot one level down and
-    dropped otherwise (it is a cache of committed data); a HELD victim must go
-    down, so room is made for it recursively; at the last level victims drop.
+    At the last level a victim is dropped. Above it, a victim migrates one level down
+    after room is made there recursively; a DROPPABLE victim for which no room can be
+    made is dropped instead (it only caches committed data); a HELD one fails the call.
     """
     ops, lay = ex.ops, ex.lay
     last = lay.cfg.last_level
+    for _ in ex.when(ops.lt(lay.slots_at(level), need)):
+        ex.fail(f"{need} slots requested at level {level}; capacity is {lay.slots_at(level)}")
     for _ in range(lay.slots_at(level)):
         for _ in ex.when(ops.lt(_free_count(ex, level, pg), need)):
-            victim = ex.choose("victim", range(lay.pages), _queue_head_at(ex, level, pg))
+            victim = ex.choose("victim", range(lay.pages), _queue_head_at(ex, level, pg),
+                               lambda p: _where(ex, p))
             for _ in ex.when(ops.eq(victim, NONE)):
                 ex.fail(f"no evictable page at level {level}, pool group {pg}")
             if level == last:
                 ex.do("drop", page=victim)
                 continue
+            room = can_make_room(ex, level + 1, pg)
             droppable = ops.eq(status(ops, ex.s, victim), int(PageStatus.DROPPABLE))
-            drop_it = ops.and_(droppable, ops.eq(_free_count(ex, level + 1, pg), 0))
-            for _ in ex.when(drop_it):
-                ex.do("drop", page=victim)
-            for _ in ex.when(ops.not_(drop_it)):
+            for _ in ex.when(room):
                 make_room(ex, level + 1, pg, 1)
                 migrate(ex, victim, level + 1, pg)
+            for _ in ex.when(ops.and_(ops.not_(room), droppable)):
+                ex.do("drop", page=victim)
+            for _ in ex.when(ops.and_(ops.not_(room), ops.not_(droppable))):
+                ex.fail(f"no room below level {level} for a HELD page")
+
+
+def take_slot(ex: Executor, level: int, pg: int) -> Term:
+    """One allocator call: a free slot at (level, pool group), or an (injected) failure."""
+    for _ in ex.when(ex.s.fault_alloc):
+        ex.fail("injected allocation failure", consumed="alloc")
+    slot = ex.choose("slot", range(ex.lay.slots_at(level)), _slot_is_free(ex, level, pg))
+    for _ in ex.when(ex.ops.eq(slot, NONE)):
+        ex.fail(f"no free slot at level {level}, pool group {pg}")
+    return slot
 
 
 def migrate(ex: Executor, page: Term, dst_level: int, pg: int) -> None:
     """Move a page to dst_level (one level down, or up to GPU) as begin + complete."""
     for _ in ex.when(ex.s.fault_copy):
-        ex.fail("injected copy failure")
-    dst = ex.choose("slot", range(ex.lay.slots_at(dst_level)), _slot_is_free(ex, dst_level, pg))
-    for _ in ex.when(ex.ops.eq(dst, NONE)):
-        ex.fail(f"no free slot at level {dst_level}")
+        ex.fail("injected copy failure", consumed="copy")
+    dst = take_slot(ex, dst_level, pg)
     action = "onboard_begin" if dst_level == GPU_LEVEL else "evict_begin"
     ex.do(action, page=page, dst_slot=dst)
     ex.do("migrate_complete", page=page)
 
 
 def allocate_block(ex: Executor, seq: int, lc: int, o: int) -> None:
-    """A new locked page for block (seq, lc, o): make room at GPU, then take a free slot."""
+    """A new locked page for block (seq, lc, o) in a free GPU slot (room already made)."""
     ops, lay = ex.ops, ex.lay
-    for _ in ex.when(ex.s.fault_alloc):
-        ex.fail("injected allocation failure")
-    pg = lay.cfg.pool_group_of(lc)
-    make_room(ex, GPU_LEVEL, pg, 1)
-    slot = ex.choose("slot", range(lay.slots_at(GPU_LEVEL)), _slot_is_free(ex, GPU_LEVEL, pg))
+    slot = take_slot(ex, GPU_LEVEL, lay.cfg.pool_group_of(lc))
     page = ex.choose("page", range(lay.pages), lambda p: ops.not_(ex.s.alive[p]))
-    for _ in ex.when(ops.or_(ops.eq(slot, NONE), ops.eq(page, NONE))):
-        ex.fail("no free GPU slot or page record")
+    for _ in ex.when(ops.eq(page, NONE)):
+        ex.fail("no free page record")
     ex.do("allocate", page=page, seq=seq, lc=lc, ordinal=o, slot=slot)
 
 
@@ -171,6 +203,8 @@ def _require_seq(ex: Executor, seq: int) -> None:
 def _require_status(ex: Executor, seq: int, allowed: tuple[SeqStatus, ...], op: str) -> None:
     _require_seq(ex, seq)
     st = ex.s.seq_status[seq]
+    ex.require(ex.ops.ne(st, int(SeqStatus.FREE)),
+               UnknownSequenceError(f"{op}: sequence {seq} was never created"))
     ok = ex.ops.or_(*(ex.ops.eq(st, int(a)) for a in allowed))
     names = " or ".join(a.name for a in allowed)
     shown = SeqStatus(st).name if isinstance(st, int) else "its status"
@@ -218,14 +252,20 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
         return ops.and_(ops.not_(_in_cap(ex, o, old_cap)), _in_cap(ex, o, capacity),
                         ops.not_(_stale(ex, lc, o, history)), ops.eq(page, NONE))
 
-    for lc in _pocket_lcs(ex):
-        for o in range(lay.blocks):
+    pocket_lcs = _pocket_lcs(ex)
+    for o in range(lay.blocks):  # block by block, life cycle within block (as upstream)
+        for lc in pocket_lcs:
             for _ in range(lay.pocket_cap):
                 nonempty = ops.lt(0, pocket_size(ops, lay, ex.s, seq, lc))
                 for _ in ex.when(ops.and_(needs_page(lc, o), nonempty)):
                     pop_or_refuse(ex, seq, lc, o)
-    for lc in range(lay.lcs):
-        for o in range(lay.blocks):
+    for pg in range(cfg.num_pool_groups):  # one eviction round per pool group
+        lcs = [lc for lc in range(lay.lcs) if cfg.pool_group_of(lc) == pg]
+        need = ops.count([needs_page(lc, o) for o in range(lay.blocks) for lc in lcs])
+        for _ in ex.when(ops.lt(0, need)):
+            make_room(ex, GPU_LEVEL, pg, need)
+    for o in range(lay.blocks):
+        for lc in range(lay.lcs):
             for _ in ex.when(needs_page(lc, o)):
                 allocate_block(ex, seq, lc, o)
     # Phase 4: resolve the blocks that left the window: committed pages stay only in the
@@ -245,12 +285,13 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
 def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:
     """Serve block o from the pocket; under `revalidate` a moved page is refused (drained)."""
     ops, lay = ex.ops, ex.lay
-    k = ex.choose("pocket", range(lay.pocket_cap), lambda j: ops.ne(
-        ex.s.pocket[lay.pocket_ix(ops, seq, lc, j)], NONE))
+    positions = [lay.pocket_ix(ops, seq, lc, j) for j in range(lay.pocket_cap)]
+    k = ex.choose("pocket", range(lay.pocket_cap), lambda j: ops.ne(ex.s.pocket[positions[j]], NONE),
+                  lambda j: _where(ex, ex.s.pocket[positions[j]]))
+    page = ops.lookup(ex.s.pocket, lay.pocket_ix(ops, seq, lc, k), NONE)
     if lay.cfg.pocket.policy != PocketPolicy.REVALIDATE:
         ex.do("pop", seq=seq, lc=lc, k=k, ordinal=o)
         return
-    page = ops.lookup(ex.s.pocket, lay.pocket_ix(ops, seq, lc, k), NONE)
     valid = ops.and_(
         ops.eq(ops.lookup(ex.s.level, page, -1), GPU_LEVEL),
         ops.ne(ops.lookup(ex.s.slot, page, -1), -1),
@@ -378,12 +419,18 @@ def resume(ex: Executor, seq: int) -> None:
         page, is_target = target(lc, o)
         for _ in ex.when(ops.and_(is_target, ops.lookup(ex.s.queued, page, False))):
             ex.do("exclude", page=page)
-    for lc, o in targets:
+    def below(lc: int, o: int) -> Term:
         page, is_target = target(lc, o)
-        for _ in ex.when(ops.and_(is_target, ops.lt(GPU_LEVEL, ops.lookup(ex.s.level, page, 0)))):
-            pg = lay.cfg.pool_group_of(lc)
-            make_room(ex, GPU_LEVEL, pg, 1)
-            migrate(ex, page, GPU_LEVEL, pg)
+        return ops.and_(is_target, ops.lt(GPU_LEVEL, ops.lookup(ex.s.level, page, 0)))
+
+    for pg in range(lay.cfg.num_pool_groups):  # one eviction round per pool group
+        need = ops.count([below(lc, o) for lc, o in targets if lay.cfg.pool_group_of(lc) == pg])
+        for _ in ex.when(ops.lt(0, need)):
+            make_room(ex, GPU_LEVEL, pg, need)
+    for lc, o in targets:
+        page, _ = target(lc, o)
+        for _ in ex.when(below(lc, o)):
+            migrate(ex, page, GPU_LEVEL, lay.cfg.pool_group_of(lc))
     ex.do("set_status", seq=seq, status=int(SeqStatus.ACTIVE))
     for lc, o in targets:
         page, is_target = target(lc, o)
@@ -400,6 +447,7 @@ def close(ex: Executor, seq: int) -> None:
     for _ in ex.when(ops.eq(ex.s.seq_status[seq], int(SeqStatus.FREE))):
         raise UnknownSequenceError(f"close: sequence {seq} was never created")
     for _ in ex.when(live):
+        ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.USER_STOP))
         drain_pockets(ex, seq)
         for o in reversed(range(ex.lay.blocks)):
             for lc in range(ex.lay.lcs):

@@ -52,12 +52,20 @@ class ChoiceRejected(ModelError):
 
     category = "choice"
 
-    def __init__(self, kind: str, choice: int, legal: list[int]) -> None:
+    def __init__(self, kind: str, choice: object, legal: list[object]) -> None:
         super().__init__(f"choice {kind}={choice} is not legal here; legal: {legal}")
         self.kind = kind
         self.choice = choice
         self.legal = legal
 
 
-class OutOfPages(Exception):
-    """Raised inside an API action; the action rolls back and reports failure."""
+class OutOfPages(Exception):  # noqa: N818 - mirrors upstream OutOfPagesError
+    """Raised inside an API action; the action rolls back and reports failure.
+
+    `consumed` names the injected fault ("alloc" or "copy") that caused it, if any:
+    the rollback restores everything except that the fault has fired.
+    """
+
+    def __init__(self, reason: str, consumed: str | None = None) -> None:
+        super().__init__(reason)
+        self.consumed = consumed

@@ -20,15 +20,19 @@ from .state import Layout, State
 
 
 class Chooser(Protocol):
-    """Picks among the legal candidates of a choice (all candidates satisfy the guard)."""
+    """Picks among the legal candidates of a choice (all candidates satisfy the guard).
 
-    def choose(self, kind: str, candidates: list[int]) -> int: ...
+    `labels[i]` names `candidates[i]` in terms both sides share (a slot id, or the
+    (level, pool group, slot) a page sits in), so recorded choices can be replayed.
+    """
+
+    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int: ...
 
 
 class LowestChooser:
-    """The default: deterministic, the lowest legal id."""
+    """The default: deterministic, the first legal candidate (lowest id, FIFO position)."""
 
-    def choose(self, kind: str, candidates: list[int]) -> int:
+    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
         return candidates[0]
 
 
@@ -43,14 +47,14 @@ class ScriptedChooser:
     script: dict[str, list[int]] = field(default_factory=dict)
     used: list[tuple[str, int]] = field(default_factory=list)
 
-    def choose(self, kind: str, candidates: list[int]) -> int:
+    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
         queue = self.script.get(kind)
         if not queue:
             pick = candidates[0]
         else:
             pick = queue.pop(0)
             if pick not in candidates:
-                raise ChoiceRejected(kind, pick, candidates)
+                raise ChoiceRejected(kind, pick, list(candidates))
         self.used.append((kind, pick))
         return pick
 
@@ -62,8 +66,9 @@ class Executor(Protocol):
 
     def do(self, action: str, **params: Term) -> None: ...
     def when(self, cond: Term) -> Iterable[None]: ...
-    def choose(self, kind: str, domain: range, legal: Callable[[int], Term]) -> Term: ...
-    def fail(self, reason: str) -> None: ...
+    def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
+               label: Callable[[int], object] | None = None) -> Term: ...
+    def fail(self, reason: str, consumed: str | None = None) -> None: ...
     def require(self, cond: Term, error: UsageError) -> None: ...
 
 
@@ -96,16 +101,18 @@ class ConcreteExecutor:
     def when(self, cond: Term) -> Iterable[None]:
         return (None,) if cond else ()
 
-    def choose(self, kind: str, domain: range, legal: Callable[[int], Term]) -> Term:
+    def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
+               label: Callable[[int], object] | None = None) -> Term:
         candidates = [x for x in domain if legal(x)]
         if not candidates:
             return -1
-        pick = self.chooser.choose(kind, candidates)
+        labels = [label(c) if label else c for c in candidates]
+        pick = self.chooser.choose(kind, candidates, labels)
         self.choices.append((kind, pick))
         return pick
 
-    def fail(self, reason: str) -> NoReturn:
-        raise OutOfPages(reason)
+    def fail(self, reason: str, consumed: str | None = None) -> NoReturn:
+        raise OutOfPages(reason, consumed)
 
     def require(self, cond: Term, error: UsageError) -> None:
         if not cond:

@@ -40,7 +40,10 @@ class Model:
             program(ex, *args)
         except OutOfPages as exc:
             # Exact rollback; an injected fault is consumed by the failure it caused.
-            self.state = replace(self.state, fault_alloc=False, fault_copy=False)
+            if exc.consumed == "alloc":
+                self.state = replace(self.state, fault_alloc=False)
+            elif exc.consumed == "copy":
+                self.state = replace(self.state, fault_copy=False)
             self.last_steps, self.last_choices = ex.steps, ex.choices
             self.last_failure = str(exc)
             return False
@@ -65,8 +68,8 @@ class Model:
     def resize(self, seq: int, capacity: int, history: int) -> bool:
         return self._run(api.resize, seq, capacity, history)
 
-    def commit(self, seq: int, tokens: tuple[int, ...] | list[int]) -> bool:
-        return self._run(api.commit, seq, tuple(tokens))
+    def commit(self, seq: int, tokens: tuple[int, ...] | list[int]) -> None:
+        self._run(api.commit, seq, tuple(tokens))
 
     def stop_committing(self, seq: int) -> None:
         self._run(api.stop_committing, seq)

@@ -1,0 +1,329 @@
+"""Run the implementation and the model side by side, one action at a time.
+
+Each step: call the implementation; read the choices it made (slots taken,
+victims evicted, pocket entries popped) and feed them to the model's chooser,
+translated into the model's names; call the model; then require equal
+outcomes, equal abstract states, every invariant on both sides, and a clean
+data oracle. Anything else raises `Divergence` with a readable report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvpocket.impl.backend.numpy_sim import NumpyBackend
+from kvpocket.impl.manager import KVCacheManager
+from kvpocket.impl.oracle import DecodeOracle
+from kvpocket.model.config import GPU_LEVEL, NONE, KVConfig, SeqStatus
+from kvpocket.model.errors import ChoiceRejected
+from kvpocket.model.machine import Model
+from kvpocket.model.state import State
+
+from .abstraction import abstract_impl, abstract_model, diff
+from .adapter import ALPHABET, Outcome, check_params, impl_outcome, model_outcome
+
+UNUSED_ID_BASE = 1_000_000  # implementation id used for a model slot never created
+
+
+class Divergence(AssertionError):
+    """The implementation and the model disagree, or an invariant or oracle failed."""
+
+    def __init__(self, step: int, kind: str, lines: list[str]) -> None:
+        super().__init__(f"step {step}: {kind}\n" + "\n".join(lines))
+        self.step = step
+        self.kind = kind
+        self.lines = lines
+
+
+@dataclass
+class LockstepChooser:
+    """Feeds the implementation's recorded choices to the model, matched by label: a slot
+    id, or the (level, pool group, slot) a page sits in."""
+
+    script: dict[str, list[object]] = field(default_factory=dict)
+    unmatched: list[str] = field(default_factory=list)
+
+    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+        if kind == "page":  # a model page record: not a choice the implementation makes
+            return candidates[0]
+        queue = self.script.get(kind)
+        if not queue:
+            self.unmatched.append(f"the model chose a {kind} the implementation did not")
+            return candidates[0]
+        want = queue.pop(0)
+        for c, lab in zip(candidates, labels, strict=True):
+            if lab == want:
+                return c
+        raise ChoiceRejected(kind, want, labels)
+
+
+@dataclass
+class StepRecord:
+    action: str
+    params: dict[str, Any]
+    model: Outcome
+    impl: Outcome
+    events: list[str]
+
+
+class Lockstep:
+    """Implementation and model in lockstep on one configuration."""
+
+    def __init__(self, cfg: KVConfig, backend: str = "numpy", eager: bool = True,
+                 check_data: bool = True) -> None:
+        self.cfg = cfg
+        self.model = Model(cfg)
+        options = {"eager": eager} if backend == "numpy" else {}
+        self.impl = KVCacheManager(cfg, backend=backend, slot_elems=max(8, cfg.tokens_per_block),
+                                   backend_options=options)
+        self.oracle = DecodeOracle(self.impl) if check_data else None
+        self.impl_id: dict[int, int] = {}  # model slot -> implementation id (current)
+        self.next_id = 0
+        self.written: dict[int, int] = {}  # model slot -> next token position to write
+        self.stream_tokens: dict[int, list[int]] = {}
+        self.records: list[StepRecord] = []
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def seq_of(self) -> dict[int, int]:
+        return {v: k for k, v in self.impl_id.items()}
+
+    def _id(self, seq: int) -> int:
+        return self.impl_id.get(seq, UNUSED_ID_BASE + seq)
+
+    def _token(self, seq: int, pos: int) -> int:
+        toks = self.stream_tokens.setdefault(seq, [])
+        while len(toks) <= pos:
+            toks.append(self._fresh_token(seq, len(toks)))
+        return toks[pos]
+
+    def _fresh_token(self, seq: int, pos: int) -> int:
+        if self.oracle is not None:
+            return self.oracle.token_for(self._id(seq), pos)
+        return (seq * 7919 + pos * 104729) % 50000
+
+    def _translate_choices(self, pre: dict[str, Any]) -> LockstepChooser:
+        where = {p["id"]: (p["level"], p["pool_group"], p["slot"]) for p in pre["pages"]}
+        ch = LockstepChooser({"slot": [], "victim": [], "pocket": []})
+        for c in self.impl.last_choices():
+            tag = c[0]
+            if tag == "alloc":
+                ch.script["slot"].append(int(c[3]))
+            elif tag == "evict":
+                ch.script["victim"].append(where.get(int(c[3]), (-1, -1, -1)))
+            elif tag == "migrate":
+                pid, dst, slot = int(c[1]), int(c[3]), int(c[4])
+                if pid in where:
+                    where[pid] = (dst, where[pid][1], slot)
+            elif tag in ("pop", "refuse"):
+                ch.script["pocket"].append(where.get(int(c[3]), (-1, -1, -1)))
+        return ch
+
+    # ---- the step ----------------------------------------------------------------------
+    def step(self, action: str, params: dict[str, Any]) -> StepRecord:
+        check_params(action, params)
+        n = len(self.records)
+        pre = self.impl.snapshot()
+        self.impl._choices = []  # a call rejected before it starts records nothing
+        impl_out = impl_outcome(lambda: self._call_impl(action, params))
+        chooser = self._translate_choices(pre)
+        self.model.chooser = chooser
+        pre_model = self.model.state
+        try:
+            model_out = model_outcome(lambda: self._call_model(action, params))
+        except ChoiceRejected as exc:
+            raise Divergence(n, "the model rejects the implementation's choice", [
+                f"{action}({_fmt(params)}): implementation {impl_out}",
+                str(exc), *self._choices_lines()]) from None
+        events = self._events(action, params, pre_model, impl_out)
+        rec = StepRecord(action, dict(params), model_out, impl_out, events)
+        self.records.append(rec)
+        if not model_out.same_as(impl_out):
+            raise Divergence(n, "different outcomes", [
+                f"{action}({_fmt(params)})", f"  model:          {model_out}",
+                f"  implementation: {impl_out}", *self._choices_lines()])
+        if model_out.kind == "ok" and self.oracle is not None:
+            self._after_success(action, params)
+        self.check(n, action, params)
+        if chooser.unmatched:
+            raise Divergence(n, "different choices", [f"{action}({_fmt(params)})",
+                                                       *chooser.unmatched,
+                                                       *self._choices_lines()])
+        return rec
+
+    def _choices_lines(self) -> list[str]:
+        return [f"  implementation choices: {self.impl.last_choices()}",
+                f"  model choices:          {self.model.last_choices}"]
+
+    def check(self, n: int, action: str = "", params: dict[str, Any] | None = None) -> None:
+        where = f"after {action}({_fmt(params or {})})"
+        a_model = abstract_model(self.model)
+        a_impl = abstract_impl(self.impl.snapshot(), self.seq_of())
+        if a_model != a_impl:
+            raise Divergence(n, "abstract states differ", [where, *diff(a_model, a_impl)])
+        bad_model = [f"{i.name}: {i.statement}" for i in self.model.violations("api")]
+        if bad_model:
+            raise Divergence(n, "model invariant violated", [where, *bad_model])
+        bad_impl = self.impl.check_invariants()
+        if bad_impl:
+            raise Divergence(n, "implementation invariant violated", [where, *bad_impl])
+        if self.oracle is not None:
+            self._collect_data(n, where)
+
+    def _collect_data(self, n: int, where: str) -> None:
+        assert self.oracle is not None
+        if self.oracle.missing:
+            missing, self.oracle.missing = list(self.oracle.missing), []
+            raise Divergence(n, "data oracle: an in-window token has no page", [where, *missing])
+        backend = self.impl.backend
+        if isinstance(backend, NumpyBackend) and not backend.sim.eager:
+            return  # reads run when the harness advances streams; checked at finish()
+        bad = self.oracle.check()
+        if bad:
+            raise Divergence(n, "data oracle: wrong data", [where, *(str(b) for b in bad)])
+
+    def finish(self) -> None:
+        """Run all outstanding GPU work and check the data it read."""
+        if self.oracle is None:
+            return
+        bad = self.oracle.check()
+        if bad:
+            raise Divergence(len(self.records), "data oracle: wrong data",
+                             ["after running all outstanding work", *(str(b) for b in bad)])
+
+    # ---- the two sides -----------------------------------------------------------------
+    def _call_impl(self, action: str, p: dict[str, Any]) -> Any:
+        impl = self.impl
+        if action == "create":
+            seq = p["seq"]
+            status = self.model.state.seq_status[seq] if 0 <= seq < self.cfg.num_sequences \
+                else SeqStatus.FREE
+            if status in (SeqStatus.FREE, SeqStatus.CLOSED) and seq in range(self.cfg.num_sequences):
+                self.impl_id[seq] = self.next_id
+                self.next_id += 1
+                self.stream_tokens[seq] = list(p["prompt"])
+                self.written[seq] = 0
+            return impl.create(self._id(seq), list(p["prompt"]))
+        if action in ("resume", "stop_committing", "suspend", "close"):
+            return getattr(impl.get(self._id(p["seq"])), action)()
+        if action == "resize":
+            return impl.get(self._id(p["seq"])).resize(p["capacity"], p["history"])
+        if action == "commit":
+            kv = impl.get(self._id(p["seq"]))
+            start = len(kv.committed)
+            return kv.commit(self._commit_tokens(p["seq"], start, p["n"]))
+        if action == "pressure":
+            return impl.pressure(p["level"], p["pool_group"], p["slots"])
+        if action == "advance":
+            return self._advance_impl(p["stream"])
+        if action == "fail_allocation":
+            return impl.inject_allocation_failure()
+        if action == "fail_copy":
+            return impl.inject_copy_failure()
+        raise AssertionError(action)
+
+    def _commit_tokens(self, seq: int, start: int, n: int) -> list[int]:
+        return [self._token(seq, pos) for pos in range(start, start + n)]
+
+    def _call_model(self, action: str, p: dict[str, Any]) -> Any:
+        m = self.model
+        if action == "commit":
+            start = int(m.state.committed_tokens[p["seq"]]) if 0 <= p["seq"] < self.cfg.num_sequences \
+                else 0
+            return m.commit(p["seq"], self._commit_tokens(p["seq"], start, p["n"]))
+        if action == "create":
+            return m.create(p["seq"], tuple(p["prompt"]))
+        return m.call(action, p)
+
+    def _advance_impl(self, stream: int) -> None:
+        backend = self.impl.backend
+        if not isinstance(backend, NumpyBackend):
+            return None
+        if stream == self.cfg.num_sequences:
+            sid = self.impl.storage.copy_stream.id
+        elif stream in self.impl_id and self.impl_id[stream] in self.impl.seqs:
+            sid = self.impl.seqs[self.impl_id[stream]].stream.id
+        else:
+            return None
+        backend.sim.advance(sid, 1 << 30)
+        return None
+
+    # ---- data --------------------------------------------------------------------------
+    def _after_success(self, action: str, p: dict[str, Any]) -> None:
+        assert self.oracle is not None
+        if action not in ("resize", "resume", "commit", "create"):
+            return
+        seq = p["seq"]
+        kv = self.impl.seqs.get(self._id(seq))
+        if kv is None:
+            return
+        if action == "create":
+            self.written[seq] = kv.capacity  # the reused prefix's data is already there
+        self.written[seq] = min(self.written.get(seq, 0), kv.capacity) if action == "resize" \
+            and kv.capacity < self.written.get(seq, 0) else self.written.get(seq, 0)
+        if kv.status is not SeqStatus.ACTIVE:
+            return
+        start, end = self.written[seq], kv.capacity
+        known = len(self.oracle.tokens.get(kv.seq_id, []))
+        need = [self._token(seq, pos) for pos in range(known, end)]
+        if need:
+            self.oracle.add_tokens(kv.seq_id, need)
+        if end > start:
+            self.oracle.write(kv, np.arange(start, end))
+            self.written[seq] = end
+        self.oracle.verify(kv)
+
+    # ---- rare states -------------------------------------------------------------------
+    def _events(self, action: str, params: dict[str, Any], pre: State, impl_out: Outcome
+                ) -> list[str]:
+        s, lay = self.model.state, self.model.layout
+        ev: list[str] = []
+        steps = [st.action for st in self.model.last_steps]
+        choices = [c[0] for c in self.impl.last_choices()]
+        if "park" in steps:
+            ev.append("parked")
+        if "pop" in steps:
+            ev.append("popped")
+        if any(p != NONE and s.level[p] != GPU_LEVEL for p in s.pocket):
+            ev.append("parked page migrated")
+        if action == "resize" and "refuse" in choices:
+            ev.append("pop refused")
+        if action in ("suspend", "close") and "drain" in steps:
+            ev.append(f"pocket drained on {action}")
+        if any(pre.pocket[i] != NONE for i in range(len(pre.pocket))) and \
+                impl_out.kind == "ok" and impl_out.value is False and action == "resize":
+            ev.append("OutOfPages with a non-empty pocket")
+        if any(st.action == "evict_begin" and st.params.get("page", -1) >= 0 and
+               pre.level[st.params["page"]] > GPU_LEVEL for st in self.model.last_steps):
+            ev.append("cascade below host")
+        if action == "create" and impl_out.kind == "ok" and s.capacity[params["seq"]] > 0:
+            ev.append("prefix reused")
+        if impl_out.kind == "ok" and impl_out.value is False and (pre.fault_alloc or pre.fault_copy):
+            ev.append("injected failure rolled back")
+        if len(pre.pocket) and any(
+            sum(1 for k in range(lay.pocket_cap)
+                if s.pocket[lay.pocket_ix(self.model.ops, q, c, k)] != NONE) == lay.pocket_cap
+            for q in range(lay.seqs) for c in range(lay.lcs)
+        ):
+            ev.append("pocket full")
+        return ev
+
+    def pocket_occupancy(self) -> int:
+        return sum(1 for p in self.model.state.pocket if p != NONE)
+
+
+RARE_STATES: tuple[str, ...] = (
+    "parked", "popped", "parked page migrated", "pop refused", "pocket drained on suspend",
+    "pocket drained on close", "OutOfPages with a non-empty pocket", "pocket full",
+    "prefix reused", "injected failure rolled back",
+)
+
+
+def _fmt(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def names() -> list[str]:
+    return list(ALPHABET)
