@@ -402,6 +402,10 @@ class KVCache:
                     continue
                 op.set(page, "committed", True)
                 op.set(page, "owner", None)
+                # Readers that reuse the block must wait for this stream's writes to it
+                # (upstream: convert_to_committed records the committer's finish event).
+                if all(u.id != self.stream.id for u in page.users):
+                    op.set(page, "users", (*page.users, self.stream))
                 op.set(page, "node", nid)
                 tree.set_page(nid, i, page.pid, op)
                 s, e = self._stale[i]
@@ -411,6 +415,7 @@ class KVCache:
                     st.requeue(page, op)
             self.tree_nodes.append(nid)
             op.on_undo(self.tree_nodes.pop)
+            tree.acquire(nid, op)
             op.set(self, "num_committed_blocks", b + 1)
         if self.history < len(self.committed):
             h = len(self.committed)
@@ -469,7 +474,9 @@ class KVCache:
             st.unqueue(page, op)
         st.bring_to_gpu([p for _, _, p in targets], op, self.seq_id)
         for i, b, page in targets:
-            st.wait_for(self.stream, page.events, op, self.seq_id)
+            # Order after every earlier user's work on the page (e.g. the sequence that
+            # wrote a reused prefix block), not only after its last fenced events.
+            st.wait_for(self.stream, st.fence(page, op, self.seq_id), op, self.seq_id)
             op.set(page, "holds", page.holds - 1)
             op.set(page, "locks", page.locks + 1)
             op.setitem(self.locked[i], b, True)
@@ -490,6 +497,9 @@ class KVCache:
             for b in range(self.num_blocks - 1, -1, -1):
                 for i in range(len(self._lcs)):
                     self._release_entry(i, b, op)
+            for nid in reversed(self.tree_nodes):
+                self._st.tree.release(nid, op)
+            op.set(self, "tree_nodes", [])
             op.set(self, "commit_state", CommitState.USER_STOP)
             op.set(self, "status", SeqStatus.CLOSED)
 

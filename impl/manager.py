@@ -155,6 +155,8 @@ class KVCacheManager:
             kv.capacity = kv.history = m
             kv.num_blocks = kv.num_committed_blocks = len(nodes)
             kv.tree_nodes = list(nodes)
+            for nid in nodes:
+                self.storage.tree.acquire(nid, op)
             for i, lc in enumerate(self.cfg.life_cycles):
                 s, e = stale_range(lc, m, t)
                 kv._stale[i] = (s, e)

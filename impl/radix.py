@@ -3,7 +3,10 @@
 A node is identified by (parent node, the block's own tokens), so a node's key
 is the whole prefix up to and including its block without storing it. Each
 node holds at most one committed page per life cycle (page ids). Nodes with
-no page and no children are pruned (upwards). Simplification (documented in
+no page, no children and no live sequence referring to them are pruned
+(upwards): a sequence that committed a block commits its next block under that
+node, so the node must outlive its pages (cf. upstream nvbug 6625710, where a
+pruned block was still a live request's parent). Simplification (documented in
 the manager): committing a block whose prefix node already holds a live page
 stops committing instead of rebasing onto the existing page.
 """
@@ -18,7 +21,7 @@ ROOT = 0
 
 
 class Node:
-    __slots__ = ("children", "nid", "pages", "parent", "tokens")
+    __slots__ = ("children", "nid", "pages", "parent", "refs", "tokens")
 
     def __init__(self, nid: int, parent: int, tokens: tuple[int, ...], num_lcs: int) -> None:
         self.nid = nid
@@ -26,6 +29,7 @@ class Node:
         self.tokens = tokens
         self.pages: list[int | None] = [None] * num_lcs
         self.children = 0
+        self.refs = 0  # live sequences whose committed blocks include this node
 
     def has_page(self) -> bool:
         return any(p is not None for p in self.pages)
@@ -66,12 +70,24 @@ class RadixTree:
         op.setitem(self.nodes[nid].pages, lc, pid)
 
     def unset_page(self, nid: int, lc: int, op: Op) -> None:
-        """Forget a dropped page; prune nodes left with no page and no child."""
+        """Forget a dropped page; prune nodes left with no page, child or reference."""
         self.set_page(nid, lc, None, op)
+        self._prune(nid, op)
+
+    def acquire(self, nid: int, op: Op) -> None:
+        """A sequence's committed blocks include this node."""
+        op.set(self.nodes[nid], "refs", self.nodes[nid].refs + 1)
+
+    def release(self, nid: int, op: Op) -> None:
+        node = self.nodes[nid]
+        op.set(node, "refs", node.refs - 1)
+        self._prune(nid, op)
+
+    def _prune(self, nid: int, op: Op) -> None:
         cur = nid
         while cur != ROOT:
             node = self.nodes[cur]
-            if node.children or node.has_page():
+            if node.children or node.refs or node.has_page():
                 break
             self._unlink(cur)
             op.on_undo(self._link, node)

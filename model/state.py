@@ -144,6 +144,10 @@ class Layout:
         raise IndexError(flat)
 
     def entry_ix(self, ops: Ops, seq: Term, lc: Term, ordinal: Term) -> Term:
+        if not ops.symbolic:
+            if 0 <= seq < self.seqs and 0 <= lc < self.lcs and 0 <= ordinal < self.blocks:
+                return (seq * self.lcs + lc) * self.blocks + ordinal
+            return -1
         ok = ops.and_(
             ops.le(0, seq), ops.lt(seq, self.seqs), ops.le(0, lc), ops.lt(lc, self.lcs),
             ops.le(0, ordinal), ops.lt(ordinal, self.blocks),
@@ -153,6 +157,10 @@ class Layout:
 
     def pocket_ix(self, ops: Ops, seq: Term, lc: Term, k: Term) -> Term:
         cap = self.pocket_cap
+        if not ops.symbolic:
+            if 0 <= seq < self.seqs and 0 <= lc < self.lcs and 0 <= k < cap:
+                return (seq * self.lcs + lc) * cap + k
+            return -1
         ok = ops.and_(
             ops.le(0, seq), ops.lt(seq, self.seqs), ops.le(0, lc), ops.lt(lc, self.lcs),
             ops.le(0, k), ops.lt(k, cap),

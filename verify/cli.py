@@ -79,8 +79,102 @@ def _list_configs() -> None:
         print(f"{p.name:12} {p.description}")
 
 
+def _positive_int(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise CliError(f"argument {name}: expected a positive integer, got {value}")
+
+
+def _fuzz_args(p: argparse.ArgumentParser) -> None:
+    _add_config_options(p)
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, metavar="M", help="run for M minutes")
+    budget.add_argument("--examples", type=int, metavar="N", help="run N examples")
+    p.add_argument("--steps", type=int, metavar="S", help="max rules per example")
+    p.add_argument("--seed", type=int, default=0, metavar="X", help="campaign seed (default 0)")
+    p.add_argument("--backend", default="numpy", metavar="B", help="numpy (default) or cupy")
+    p.add_argument("--workers", type=int, default=1, metavar="K", help="worker processes")
+    p.add_argument("--database", metavar="DIR|redis://...",
+                   help="shared Hypothesis example database (directory or Redis URL)")
+    p.add_argument("--profile", default=None, metavar="P",
+                   help="dev (default), ci, fuzz or gpu; see docs/campaigns.md")
+    p.add_argument("--json", metavar="FILE", help="write the campaign report as JSON")
+    p.add_argument("--out", default="kvpocket-out", metavar="DIR",
+                   help="where failure traces and reproducers go (default kvpocket-out)")
+    p.add_argument("--list-configs", action="store_true", help="list the preset configurations")
+    p.add_argument("--no-progress", action="store_true", help="no live progress line")
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    """Run a lockstep fuzz campaign: implementation against the model."""
+    from .fuzz import CampaignSpec, run_campaign, write_json
+    from .profiles import PROFILES
+    from .render import print_campaign
+
+    if args.backend not in ("numpy", "cupy"):
+        raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
+    profile = args.profile or ("gpu" if args.backend == "cupy" else "dev")
+    if profile not in PROFILES:
+        raise CliError(f"argument --profile: expected one of {', '.join(PROFILES)}, "
+                       f"got {profile!r}")
+    _positive_int("--examples", args.examples)
+    _positive_int("--steps", args.steps)
+    _positive_int("--workers", args.workers)
+    if args.minutes is not None and args.minutes <= 0:
+        raise CliError(f"argument --minutes: expected a positive number, got {args.minutes}")
+    if args.backend == "cupy":
+        from kvpocket.impl.backend import gpu_available
+
+        if not gpu_available():
+            raise CliError("argument --backend: cupy needs a usable CUDA GPU; none was found")
+    name = args.config or DEFAULT_PRESET
+    cfg = config_from_args(name, args.policy)
+    spec = CampaignSpec(name, cfg, profile=profile, examples=args.examples,
+                        minutes=args.minutes, steps=args.steps, seed=args.seed,
+                        backend=args.backend, database=args.database, out_dir=args.out)
+    report = run_campaign(spec, workers=args.workers, show_progress=not args.no_progress)
+    print_campaign(report)
+    if args.json:
+        write_json(report, args.json)
+    if report.failures:
+        return EXIT_FOUND
+    if profile == "ci" and report.coverage_gaps:
+        print(f"kvpocket: coverage gaps (never reached): {', '.join(report.coverage_gaps)}",
+              file=sys.stderr)
+        return EXIT_FOUND
+    return EXIT_OK
+
+
+def _replay_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", metavar="TRACE", help="a trace file (JSON lines)")
+    p.add_argument("--backend", default=None, metavar="B",
+                   help="numpy or cupy (default: the trace's)")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Replay a trace on the implementation and the model; print the first divergence."""
+    from pathlib import Path
+
+    from .replay import TraceError, read_trace, replay
+
+    if args.backend not in (None, "numpy", "cupy"):
+        raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
+    try:
+        trace = read_trace(Path(args.trace))
+    except TraceError as exc:
+        raise CliError(str(exc)) from None
+    result = replay(trace, backend=args.backend)
+    if result.ok:
+        print(f"replayed {result.steps_run} steps: implementation and model agree, "
+              "every invariant holds, the data oracle is clean")
+        return EXIT_OK
+    print(result.report)
+    return EXIT_FOUND
+
+
 COMMANDS: list[Command] = [
     ("spec", _spec_args, cmd_spec),
+    ("fuzz", _fuzz_args, cmd_fuzz),
+    ("replay", _replay_args, cmd_replay),
 ]
 
 

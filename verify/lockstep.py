@@ -9,6 +9,7 @@ data oracle. Anything else raises `Divergence` with a readable report.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,7 +128,11 @@ class Lockstep:
         n = len(self.records)
         pre = self.impl.snapshot()
         self.impl._choices = []  # a call rejected before it starts records nothing
-        impl_out = impl_outcome(lambda: self._call_impl(action, params))
+        try:
+            impl_out = impl_outcome(lambda: self._call_impl(action, params))
+        except Exception as exc:  # not an API error: the implementation broke
+            raise Divergence(n, "the implementation crashed", [
+                f"{action}({_fmt(params)})", *_traceback_tail(exc)]) from exc
         chooser = self._translate_choices(pre)
         self.model.chooser = chooser
         pre_model = self.model.state
@@ -137,6 +142,10 @@ class Lockstep:
             raise Divergence(n, "the model rejects the implementation's choice", [
                 f"{action}({_fmt(params)}): implementation {impl_out}",
                 str(exc), *self._choices_lines()]) from None
+        except Exception as exc:  # a guard violation inside the model is a model bug
+            raise Divergence(n, "the model failed", [
+                f"{action}({_fmt(params)}): implementation {impl_out}",
+                *_traceback_tail(exc)]) from exc
         events = self._events(action, params, pre_model, impl_out)
         rec = StepRecord(action, dict(params), model_out, impl_out, events)
         self.records.append(rec)
@@ -319,6 +328,11 @@ RARE_STATES: tuple[str, ...] = (
     "pocket drained on close", "OutOfPages with a non-empty pocket", "pocket full",
     "prefix reused", "injected failure rolled back",
 )
+
+
+def _traceback_tail(exc: BaseException, frames: int = 4) -> list[str]:
+    tb = traceback.format_exception(exc)
+    return [line.rstrip() for chunk in tb[-frames - 1:] for line in chunk.splitlines()]
 
 
 def _fmt(params: dict[str, Any]) -> str:

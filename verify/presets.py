@@ -24,7 +24,7 @@ class Preset:
 
 
 def _cfg(slots: tuple[int, ...], seqs: int = 2, lcs: tuple[LifeCycle, ...] | None = None,
-         t: int = 2, blocks: int = 6) -> KVConfig:
+         t: int = 2, blocks: int = 16) -> KVConfig:
     return KVConfig(
         tokens_per_block=t,
         life_cycles=lcs or (swa_life_cycle(window=3), full_life_cycle()),

@@ -26,3 +26,83 @@ def print_spec(data: dict[str, Any]) -> None:
     for i in data["invariants"]:
         invariants.add_row(i["name"], i["scope"], i["kind"], i["statement"])
     out.print(invariants)
+
+
+class CampaignProgress:
+    """A live progress line for a fuzz campaign: examples, steps, steps/s, rare states,
+    failures. Silent when `show` is False (tests, --json-only runs)."""
+
+    def __init__(self, spec: Any, show: bool) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.show = show
+        self.steps = 0
+        self.last = 0.0
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
+            TextColumn("{task.fields[stats]}"), console=console(), transient=False,
+            disable=not show,
+        )
+        self.task = self.progress.add_task(
+            f"fuzz {spec.config_name}/{spec.cfg.pocket.policy.value}", total=None, stats="")
+
+    def __enter__(self) -> CampaignProgress:
+        import time
+
+        self.start = time.monotonic()
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._refresh(force=True)
+        self.progress.__exit__(None, None, None)
+
+    def tick(self, steps: int) -> None:
+        self.steps += steps
+        self._refresh()
+
+    def set_steps(self, steps: int) -> None:
+        self.steps = steps
+        self._refresh()
+
+    def _refresh(self, force: bool = False) -> None:
+        import time
+
+        from .machine import STATS
+
+        now = time.monotonic()
+        if not self.show or (not force and now - self.last < 0.2):
+            return
+        self.last = now
+        rate = self.steps / max(now - self.start, 1e-9)
+        reached = sum(1 for v in STATS.rare.values() if v)
+        failures = 1 if STATS.failure else 0
+        self.progress.update(self.task, stats=(
+            f"examples {STATS.examples}  steps {self.steps}  {rate:,.0f} steps/s  "
+            f"rare states {reached}  failures {failures}"))
+
+
+def print_campaign(report: Any) -> None:
+    out = console()
+    table = Table(title=f"fuzz campaign: {report.config} / {report.policy} / {report.backend}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for k, v in (("examples", report.examples), ("steps", report.steps),
+                 ("seconds", f"{report.seconds:.1f}"),
+                 ("steps/s", f"{report.steps_per_second:,.0f}"),
+                 ("workers", report.workers), ("seed", report.seed),
+                 ("max pocket occupancy", report.max_pocket_occupancy),
+                 ("failures", len(report.failures))):
+        table.add_row(k, str(v))
+    out.print(table)
+    rare = Table(title="rare states reached")
+    rare.add_column("state")
+    rare.add_column("count", justify="right")
+    for name, n in report.rare_states.items():
+        gap = " (coverage gap)" if name in report.coverage_gaps else ""
+        rare.add_row(name + gap, str(n))
+    out.print(rare)
+    for f in report.failures:
+        out.print(f"[red]failure[/red] after {f.steps} steps: {f.message.splitlines()[0]}")
+        out.print(f"  trace:      {f.trace}   (kvpocket replay {f.trace})")
+        out.print(f"  reproducer: {f.test}")

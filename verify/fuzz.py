@@ -1,0 +1,243 @@
+"""Fuzz campaigns: the lockstep machine under Hypothesis, with progress, a report,
+rare-state coverage, and reproducers for every failure.
+
+A failure is shrunk by Hypothesis and written twice: a trace (JSON lines) that
+`kvpocket replay` runs, and a standalone pytest file that fails while the bug
+is there. Several workers run as separate processes sharing one example
+database (a directory, or Redis for several machines).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import seed as hypothesis_seed
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.stateful import get_state_machine_test
+
+from kvpocket.model.config import KVConfig, PocketPolicy
+
+from .lockstep import RARE_STATES
+from .machine import STATS, machine_for
+from .profiles import PROFILES, hypothesis_settings
+from .replay import Trace, TraceStep, replay
+from .shrink import minimize
+
+
+def expected_rare_states(cfg: KVConfig) -> list[str]:
+    """The rare states a campaign on this configuration must reach to not be vacuous."""
+    out = ["prefix reused", "injected failure rolled back"]
+    if not cfg.pocket.enabled or not any(lc.is_swa for lc in cfg.life_cycles):
+        return out
+    out += ["parked", "popped", "pocket drained on suspend", "pocket drained on close",
+            "OutOfPages with a non-empty pocket"]
+    if cfg.num_levels > 1 and cfg.pocket.policy != PocketPolicy.PIN:
+        out.append("parked page migrated")
+        if cfg.pocket.policy == PocketPolicy.REVALIDATE:
+            out.append("pop refused")
+    return [name for name in RARE_STATES if name in out]
+
+
+def open_database(spec: str | None) -> ExampleDatabase | None:
+    """`DIR` or `redis://host:port/db`; None for no database."""
+    if not spec:
+        return None
+    if spec.startswith("redis://"):
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+
+        return RedisExampleDatabase(redis.Redis.from_url(spec))
+    return DirectoryBasedExampleDatabase(spec)
+
+
+@dataclass
+class Failure:
+    message: str
+    trace: str
+    test: str
+    steps: int
+
+
+@dataclass
+class CampaignReport:
+    config: str
+    policy: str
+    backend: str
+    seed: int
+    workers: int
+    examples: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    steps_per_second: float = 0.0
+    failures: list[Failure] = field(default_factory=list)
+    rare_states: dict[str, int] = field(default_factory=dict)
+    coverage_gaps: list[str] = field(default_factory=list)
+    max_pocket_occupancy: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CampaignSpec:
+    """Everything a (worker) campaign needs, picklable."""
+
+    config_name: str
+    cfg: KVConfig
+    profile: str = "dev"
+    examples: int | None = None
+    minutes: float | None = None
+    steps: int | None = None
+    seed: int = 0
+    backend: str = "numpy"
+    database: str | None = None
+    out_dir: str = "kvpocket-out"
+    batch: int = 20
+
+
+def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]],
+                      message: str, tag: str) -> Failure:
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shrunk = Trace(spec.cfg, [TraceStep(a, p) for a, p in trace], source="fuzz",
+                   backend=spec.backend, eager=False,
+                   extra={"seed": spec.seed, "config_name": spec.config_name})
+    t = minimize(shrunk)
+    if len(t.steps) < len(shrunk.steps):
+        result = replay(t)
+        message = result.report or message
+    trace_path = out / f"failure-{tag}.jsonl"
+    t.write(trace_path)
+    test_path = out / f"test_failure_{tag.replace('-', '_')}.py"
+    first = message.splitlines()[0] if message else "failure"
+    body = "\n".join(t.lines())
+    test_path.write_text(
+        f'"""Reproducer written by `kvpocket fuzz` (config {spec.config_name}, seed '
+        f'{spec.seed}).\n\n{first}\n"""\n\n'
+        "from kvpocket.verify.replay import parse_trace, replay\n\n"
+        f"TRACE = r'''\n{body}\n'''\n\n\n"
+        "def test_reproduces() -> None:\n"
+        "    result = replay(parse_trace(TRACE.splitlines()))\n"
+        "    assert result.ok, result.report\n"
+    )
+    return Failure(message, str(trace_path), str(test_path), len(t.steps))
+
+
+def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
+    """One process's campaign: batches of examples until the budget is spent or a failure."""
+    profile = PROFILES[spec.profile]
+    machine = machine_for(spec.cfg, backend=spec.backend)
+    db = open_database(spec.database)
+    report = CampaignReport(spec.config_name, spec.cfg.pocket.policy.value, spec.backend,
+                            spec.seed, 1)
+    rare: Counter[str] = Counter()
+    start = time.monotonic()
+    deadline = start + spec.minutes * 60 if spec.minutes else None
+    remaining = spec.examples if spec.examples is not None else None
+    batch_no = 0
+    while True:
+        n = min(spec.batch, remaining) if remaining is not None else spec.batch
+        if (deadline is None and remaining is None) or profile.derandomize:
+            # A derandomized profile draws the same examples in every batch: one batch.
+            n = remaining if remaining is not None else profile.max_examples
+        settings = hypothesis_settings(profile, max_examples=n, steps=spec.steps, database=db)
+        test = get_state_machine_test(machine, settings=settings)
+        if not profile.derandomize:
+            test = hypothesis_seed(spec.seed * 100_003 + batch_no)(test)
+        STATS.reset()
+        STATS.on_step = progress
+        failed: BaseException | None = None
+        try:
+            test()
+        except Exception as exc:  # a divergence (or a crash) that Hypothesis shrank
+            failed = exc
+        report.examples += STATS.examples
+        report.steps += STATS.steps
+        rare.update(STATS.rare)
+        report.max_pocket_occupancy = max(report.max_pocket_occupancy, STATS.max_pocket)
+        if failed is not None:
+            trace, message = STATS.failure or ([], f"{type(failed).__name__}: {failed}")
+            report.failures.append(write_reproducers(
+                spec, trace, message, f"{spec.config_name}-{spec.seed}-{batch_no}"))
+            break
+        batch_no += 1
+        if remaining is not None:
+            remaining -= n
+            if remaining <= 0:
+                break
+        elif deadline is None or time.monotonic() >= deadline:
+            break
+    report.seconds = time.monotonic() - start
+    report.steps_per_second = report.steps / report.seconds if report.seconds else 0.0
+    report.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
+    report.coverage_gaps = [name for name in expected_rare_states(spec.cfg) if not rare.get(name)]
+    return report
+
+
+def _worker_entry(args: tuple[CampaignSpec, Any]) -> CampaignReport:
+    spec, counter = args
+
+    def tick(steps: int) -> None:
+        with counter.get_lock():
+            counter.value += steps
+
+    return run_worker(spec, progress=tick)
+
+
+def merge(reports: list[CampaignReport], spec: CampaignSpec, seconds: float) -> CampaignReport:
+    out = CampaignReport(spec.config_name, spec.cfg.pocket.policy.value, spec.backend,
+                         spec.seed, len(reports))
+    rare: Counter[str] = Counter()
+    for r in reports:
+        out.examples += r.examples
+        out.steps += r.steps
+        out.failures += r.failures
+        rare.update(r.rare_states)
+        out.max_pocket_occupancy = max(out.max_pocket_occupancy, r.max_pocket_occupancy)
+    out.seconds = seconds
+    out.steps_per_second = out.steps / seconds if seconds else 0.0
+    out.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
+    out.coverage_gaps = [n for n in expected_rare_states(spec.cfg) if not rare.get(n)]
+    return out
+
+
+def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = True
+                 ) -> CampaignReport:
+    from .render import CampaignProgress
+
+    start = time.monotonic()
+    if workers <= 1:
+        with CampaignProgress(spec, show_progress) as bar:
+            report = run_worker(spec, progress=bar.tick)
+        return report
+    ctx = mp.get_context("spawn")
+    counter = ctx.Value("q", 0)
+    per_worker = None if spec.examples is None else max(1, spec.examples // workers)
+    specs = [
+        (CampaignSpec(**{**asdict_shallow(spec), "seed": spec.seed + 7919 * i,
+                         "examples": per_worker, "out_dir": str(Path(spec.out_dir) / f"w{i}")}),
+         counter)
+        for i in range(workers)
+    ]
+    with CampaignProgress(spec, show_progress) as bar, ctx.Pool(workers) as pool:
+        pending = pool.map_async(_worker_entry, specs)
+        while not pending.ready():
+            pending.wait(0.25)
+            bar.set_steps(counter.value)
+        reports = pending.get()
+    return merge(reports, spec, time.monotonic() - start)
+
+
+def asdict_shallow(spec: CampaignSpec) -> dict[str, Any]:
+    return {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+
+
+def write_json(report: CampaignReport, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report.to_json(), indent=2) + "\n")

@@ -1,0 +1,252 @@
+"""The Hypothesis state machine: rules are the lockstep alphabet, and after every
+rule the implementation and the model must agree (see `lockstep.py`).
+
+Rules take relative, shrink-friendly arguments ("advance history by 1") and
+turn them into absolute parameters, so the recorded trace replays without
+Hypothesis. `target()` and `event()` steer campaigns toward rare states; the
+campaign runner reads the counts from `STATS`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from hypothesis import event, target
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from kvpocket.model.config import KVConfig, SeqStatus
+
+from .lockstep import Divergence, Lockstep
+
+Trace = list[tuple[str, dict[str, Any]]]
+
+
+@dataclass
+class CampaignStats:
+    """What a campaign saw; reset by the runner, filled by the machines."""
+
+    examples: int = 0
+    steps: int = 0
+    rare: Counter[str] = field(default_factory=Counter)
+    max_pocket: int = 0
+    failure: tuple[Trace, str] | None = None  # the last failing trace (the shrunk one)
+    on_step: Callable[[int], None] | None = None  # progress hook set by the runner
+
+    def reset(self) -> None:
+        self.examples, self.steps, self.max_pocket, self.failure = 0, 0, 0, None
+        self.rare.clear()
+
+
+STATS = CampaignStats()
+
+
+class LockstepMachine(RuleBasedStateMachine):
+    """Parametrised by a subclass (see `machine_for`)."""
+
+    cfg: ClassVar[KVConfig]
+    backend: ClassVar[str] = "numpy"
+    eager: ClassVar[bool] = False  # streams run only when an `advance` rule says so
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ls = Lockstep(self.cfg, backend=self.backend, eager=self.eager)
+        self.trace: Trace = []
+        self.max_pocket = 0
+        self.failed = False
+        STATS.examples += 1
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def _step(self, action: str, params: dict[str, Any]) -> None:
+        self.trace.append((action, dict(params)))
+        try:
+            rec = self.ls.step(action, params)
+        except Exception as exc:  # a divergence, or a crash in either side: keep the trace
+            self.failed = True
+            STATS.failure = (list(self.trace), f"{type(exc).__name__}: {exc}"
+                             if not isinstance(exc, Divergence) else str(exc))
+            raise
+        STATS.steps += 1
+        if STATS.on_step is not None:
+            STATS.on_step(1)
+        for name in rec.events:
+            event(name)
+            STATS.rare[name] += 1
+        self.max_pocket = max(self.max_pocket, self.ls.pocket_occupancy())
+        STATS.max_pocket = max(STATS.max_pocket, self.max_pocket)
+
+    def _state(self) -> Any:
+        return self.ls.model.state
+
+    # ---- setup: sequences start decoding more often than not ---------------------------
+    @initialize(n=st.integers(0, 2), committing=st.lists(st.booleans(), max_size=2))
+    def start(self, n: int, committing: list[bool]) -> None:
+        """Start up to n sequences decoding; by default they stop committing (the case the
+        pocket serves), unless `committing` says otherwise for that sequence."""
+        for seq in range(min(n, self.cfg.num_sequences)):
+            self._step("create", {"seq": seq, "prompt": []})
+            self._step("resume", {"seq": seq})
+            if not (seq < len(committing) and committing[seq]):
+                self._step("stop_committing", {"seq": seq})
+
+    # ---- API rules -------------------------------------------------------------------------
+    def seqs(self) -> st.SearchStrategy[int]:
+        return st.integers(0, self.cfg.num_sequences - 1)
+
+    def _decode(self, seq: int) -> None:
+        """One decode step: history + 1, capacity covers the in-flight token."""
+        s = self._state()
+        h = min(s.history[seq] + 1, self.cfg.max_capacity - 1)
+        self._step("resize", {"seq": seq, "capacity": max(s.capacity[seq], h + 1), "history": h})
+
+    @rule(data=st.data(), steps=st.integers(1, 8))
+    def decode(self, data: st.DataObject, steps: int) -> None:
+        """A run of decode steps of one sequence (the pocket's workload)."""
+        seq = data.draw(self.seqs(), label="seq")
+        for _ in range(steps):
+            self._decode(seq)
+
+    def _pocket_of(self, seq: int) -> int:
+        lay, s = self.ls.model.layout, self._state()
+        per_seq = lay.lcs * lay.pocket_cap
+        return sum(p != -1 for p in s.pocket[seq * per_seq:(seq + 1) * per_seq])
+
+    def _free_gpu(self, pool_group: int) -> int:
+        lay, s = self.ls.model.layout, self._state()
+        base = pool_group * lay.slots_at(0)
+        return sum(x == -1 for x in s.slot_owner[base:base + lay.slots_at(0)])
+
+    @rule(data=st.data(), burst=st.booleans())
+    def race(self, data: st.DataObject, burst: bool) -> None:
+        """The hazard as one rule: decode until a page is parked, then another tenant's
+        pressure (or this sequence's own burst of growth) needs its GPU slot, then the
+        next decode step pops from the pocket."""
+        seq = data.draw(self.seqs(), label="seq")
+        for _ in range(4 * self.cfg.tokens_per_block + 8):
+            if self._pocket_of(seq) or self._state().seq_status[seq] != SeqStatus.ACTIVE:
+                break
+            self._decode(seq)
+        if burst:
+            s = self._state()
+            cap = min(s.capacity[seq] + 4 * self.cfg.tokens_per_block, self.cfg.max_capacity)
+            self._step("resize", {"seq": seq, "capacity": cap, "history": s.history[seq]})
+        else:
+            pg = data.draw(st.integers(0, self.cfg.num_pool_groups - 1), label="pool_group")
+            need = min(self._free_gpu(pg) + 1, self.cfg.slots_per_level[0])
+            self._step("pressure", {"level": 0, "pool_group": pg, "slots": need})
+        self._decode(seq)
+
+    @rule()
+    def decode_batch(self) -> None:
+        """Every ACTIVE sequence decodes one step, as in a batch."""
+        for seq in range(self.cfg.num_sequences):
+            if self._state().seq_status[seq] == SeqStatus.ACTIVE:
+                self._decode(seq)
+
+    @rule(data=st.data(), grow=st.integers(-2, 8), advance=st.integers(0, 3))
+    def resize(self, data: st.DataObject, grow: int, advance: int) -> None:
+        seq = data.draw(self.seqs(), label="seq")
+        s = self._state()
+        h = min(s.history[seq] + advance, self.cfg.max_capacity)
+        cap = max(0, min(s.capacity[seq] + grow, self.cfg.max_capacity))
+        self._step("resize", {"seq": seq, "capacity": max(cap, h), "history": h})
+
+    @rule(data=st.data())
+    def reuse_prefix(self, data: st.DataObject) -> None:
+        """Replace a sequence by one whose prompt starts with another's committed tokens:
+        close (draining its pocket), create with prefix reuse, resume."""
+        seq = data.draw(self.seqs(), label="seq")
+        tokens = self._state().tokens
+        source = max(range(self.cfg.num_sequences), key=lambda q: len(tokens[q]))
+        prompt = list(tokens[source]) + data.draw(
+            st.lists(st.integers(0, 1), max_size=2), label="suffix")
+        if self._state().seq_status[seq] in (SeqStatus.ACTIVE, SeqStatus.SUSPENDED):
+            self._step("close", {"seq": seq})
+        self._step("create", {"seq": seq, "prompt": prompt})
+        self._step("resume", {"seq": seq})
+
+    @rule(data=st.data(), prompt=st.lists(st.integers(0, 1), max_size=6))
+    def create(self, data: st.DataObject, prompt: list[int]) -> None:
+        self._step("create", {"seq": data.draw(self.seqs(), label="seq"), "prompt": prompt})
+
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        self._step("resume", {"seq": data.draw(self.seqs(), label="seq")})
+
+    @rule(data=st.data(), n=st.integers(1, 4))
+    def commit(self, data: st.DataObject, n: int) -> None:
+        seq = data.draw(self.seqs(), label="seq")
+        s = self._state()
+        room = s.capacity[seq] - s.committed_tokens[seq]
+        self._step("commit", {"seq": seq, "n": min(n, room) if room > 0 else n})
+
+    @rule(data=st.data())
+    def stop_committing(self, data: st.DataObject) -> None:
+        self._step("stop_committing", {"seq": data.draw(self.seqs(), label="seq")})
+
+    def _fullest_pocket(self) -> int:
+        return max(range(self.cfg.num_sequences), key=self._pocket_of)
+
+    @rule(data=st.data(), fullest=st.booleans())
+    def suspend(self, data: st.DataObject, fullest: bool) -> None:
+        """Suspend a sequence; half the time the one with the fullest pocket."""
+        seq = self._fullest_pocket() if fullest else data.draw(self.seqs(), label="seq")
+        self._step("suspend", {"seq": seq})
+
+    @rule(data=st.data(), fullest=st.booleans())
+    def close(self, data: st.DataObject, fullest: bool) -> None:
+        """Close a sequence; half the time the one with the fullest pocket."""
+        seq = self._fullest_pocket() if fullest else data.draw(self.seqs(), label="seq")
+        self._step("close", {"seq": seq})
+
+    # ---- environment rules: background work and faults ---------------------------------------
+    @rule(data=st.data(), slots=st.integers(1, 3))
+    def pressure(self, data: st.DataObject, slots: int) -> None:
+        level = data.draw(st.integers(0, self.cfg.last_level), label="level")
+        group = data.draw(st.integers(0, self.cfg.num_pool_groups - 1), label="pool_group")
+        self._step("pressure", {"level": level, "pool_group": group, "slots": slots})
+
+    @rule(data=st.data())
+    def advance(self, data: st.DataObject) -> None:
+        stream = data.draw(st.integers(0, self.cfg.num_sequences), label="stream")
+        self._step("advance", {"stream": stream})
+
+    @rule()
+    def fail_allocation(self) -> None:
+        self._step("fail_allocation", {})
+
+    @rule()
+    def fail_copy(self) -> None:
+        self._step("fail_copy", {})
+
+    @invariant()
+    def sequences_known(self) -> None:
+        # Cheap sanity: the harness's id map only names sequences the model created.
+        s = self._state()
+        for seq in self.ls.impl_id:
+            assert s.seq_status[seq] != SeqStatus.FREE
+
+    def teardown(self) -> None:
+        # Guide generation toward full pockets (target() may be called once per example).
+        target(float(self.max_pocket), label="max pocket occupancy")
+        if self.failed:
+            return  # the step's own failure is the one to report
+        try:
+            self.ls.finish()
+        except Divergence as exc:
+            STATS.failure = (list(self.trace), str(exc))
+            raise
+        finally:
+            if self.ls.impl.backend.name == "cupy":
+                self.ls.impl.synchronize()
+
+
+def machine_for(cfg: KVConfig, backend: str = "numpy", eager: bool = False
+                ) -> type[LockstepMachine]:
+    """A machine class bound to a configuration (Hypothesis machines take no arguments)."""
+    return type("LockstepMachine", (LockstepMachine,), {
+        "cfg": cfg, "backend": backend, "eager": eager, "__module__": __name__,
+    })

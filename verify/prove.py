@@ -1,0 +1,163 @@
+"""`kvpocket prove`: the matrix of Z3 obligations and its report.
+
+For each configuration of the default matrix (or the one named) and each pocket
+policy: Init => Inv, Inv and T => Inv' (per page action), Inv => Safe, and
+bounded model checking from Init to `depth` (page layer). Violations print a
+readable CTI or write a replayable trace file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_life_cycle
+from kvpocket.model.state import Layout
+
+from .bmc import BmcResult, bmc
+from .logic import PROVED, UNKNOWN, VIOLATED, prove_config
+from .trace import Trace, TraceStep, write_trace
+
+POLICIES = ("revalidate", "pin", "unsafe")
+DEFAULT_POLICIES = ("revalidate", "pin")
+DEFAULT_DEPTH = 3
+
+
+class ProveUsageError(ValueError):
+    """A bad option value; the message names the option and the allowed values."""
+
+
+def _cfg(slots: tuple[int, ...], seqs: int = 1, full: bool = False, blocks: int = 3,
+         pages: int = 0) -> KVConfig:
+    lcs = (swa_life_cycle(window=3), full_life_cycle()) if full else (swa_life_cycle(window=3),)
+    return KVConfig(tokens_per_block=2, life_cycles=lcs, slots_per_level=slots,
+                    num_sequences=seqs, max_blocks=blocks, max_pages=pages)
+
+
+@dataclass(frozen=True)
+class ProveConfig:
+    name: str
+    description: str
+    config: KVConfig
+
+
+PROVE_CONFIGS: dict[str, ProveConfig] = {c.name: c for c in (
+    ProveConfig("gpu", "GPU only (3 slots), 1 sequence, SWA window 3, 3 blocks",
+                _cfg((3,))),
+    ProveConfig("gpu-host", "GPU + host (2 + 2 slots), 1 sequence", _cfg((2, 2))),
+    ProveConfig("gpu-host-disk", "GPU + host + disk (2 + 1 + 1 slots), 1 sequence",
+                _cfg((2, 1, 1))),
+    ProveConfig("gpu-host-2seq", "GPU + host (2 + 2 slots), 2 sequences, 2 blocks",
+                _cfg((2, 2), seqs=2, blocks=2)),
+    ProveConfig("gpu-host-full", "GPU + host (2 + 1 slots), SWA + full attention, 1 sequence, "
+                "2 blocks", _cfg((2, 1), full=True, blocks=2)),
+)}
+DEFAULT_MATRIX = ("gpu", "gpu-host", "gpu-host-disk", "gpu-host-2seq")
+
+
+def add_prove_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None,
+                        help="one configuration (default: the matrix " +
+                        ", ".join(DEFAULT_MATRIX) + "); one of " + ", ".join(PROVE_CONFIGS))
+    parser.add_argument("--policy", default=None,
+                        help="pocket policy: revalidate|pin|unsafe (default: revalidate and pin)")
+    parser.add_argument("--depth", type=int, default=DEFAULT_DEPTH,
+                        help=f"BMC depth in page actions (default {DEFAULT_DEPTH}; 0 skips BMC)")
+    parser.add_argument("--json", dest="json_path", default=None, help="write results here")
+    parser.add_argument("--out", default="prove-out", help="directory for counterexample traces")
+
+
+def _validate(config_name: str | None, policy: str | None, depth: int) -> None:
+    if config_name is not None and config_name not in PROVE_CONFIGS:
+        raise ProveUsageError(f"--config: unknown configuration {config_name!r}; expected one "
+                              "of " + ", ".join(PROVE_CONFIGS))
+    if policy is not None and policy not in POLICIES:
+        raise ProveUsageError(f"--policy: unknown policy {policy!r}; expected one of "
+                              + ", ".join(POLICIES))
+    if not isinstance(depth, int) or depth < 0 or depth > 30:
+        raise ProveUsageError(f"--depth: expected an integer in [0, 30], got {depth!r}")
+
+
+@dataclass
+class Row:
+    config: str
+    obligation: str
+    status: str
+    seconds: float
+    detail: str = ""
+
+
+def run_prove(config_name: str | None, policy: str | None, depth: int, json_path: str | None,
+              out_dir: str) -> int:
+    """Run the matrix; 0 if everything is proved, 1 on a violation, 2 on bad options."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    try:
+        _validate(config_name, policy, depth)
+    except ProveUsageError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    names = [config_name] if config_name else list(DEFAULT_MATRIX)
+    policies = [policy] if policy else list(DEFAULT_POLICIES)
+    rows: list[Row] = []
+    traces: list[str] = []
+    t_all = time.perf_counter()
+    for name in names:
+        for pol in policies:
+            cfg = PROVE_CONFIGS[name].config.with_pocket(True, pol)
+            label = f"{name}/{pol}"
+            lay = Layout(cfg)
+            for o in prove_config(lay, label):
+                rows.append(Row(label, o.obligation, o.status, o.seconds, o.detail))
+                if o.cti is not None:
+                    console.print(o.cti.render(lay), markup=False, highlight=False)
+            if depth > 0:
+                r = bmc(lay, "page", depth)
+                rows.append(Row(label, f"bmc:page<= {depth}", _bmc_status(r), r.seconds
+                                + r.build_seconds, ", ".join(r.broken) or r.detail))
+                if r.status == VIOLATED:
+                    path = Path(out_dir) / f"bmc-{name}-{pol}-page.jsonl"
+                    write_bmc_trace(path, cfg, r)
+                    traces.append(str(path))
+                    console.print(f"counterexample trace ({len(r.steps)} steps, breaks "
+                                  f"{', '.join(r.broken)}): {path}")
+    table = Table(title="kvpocket prove")
+    for col in ("configuration", "obligation", "status", "seconds"):
+        table.add_column(col)
+    colors = {PROVED: "green", VIOLATED: "red", UNKNOWN: "yellow"}
+    for row in rows:
+        table.add_row(row.config, row.obligation,
+                      f"[{colors.get(row.status, 'white')}]{row.status}[/]", f"{row.seconds:.2f}")
+    console.print(table)
+    total = time.perf_counter() - t_all
+    console.print(f"total {total:.1f} s; {sum(r.status == PROVED for r in rows)} proved, "
+                  f"{sum(r.status == VIOLATED for r in rows)} violated, "
+                  f"{sum(r.status == UNKNOWN for r in rows)} unknown")
+    if json_path:
+        data: dict[str, Any] = {
+            "obligations": [{"config": r.config, "obligation": r.obligation,
+                             "status": r.status, "seconds": round(r.seconds, 3),
+                             "detail": r.detail} for r in rows],
+            "counterexamples": traces, "seconds": round(total, 3),
+        }
+        Path(json_path).write_text(json.dumps(data, indent=2) + "\n")
+    return 1 if any(r.status == VIOLATED for r in rows) else 0
+
+
+def _bmc_status(r: BmcResult) -> str:
+    return {"violated": VIOLATED, "proved": PROVED}.get(r.status, UNKNOWN)
+
+
+def write_bmc_trace(path: str | Path, cfg: KVConfig, r: BmcResult) -> Path:
+    steps = [TraceStep(s.action, s.params, s.layer, list(s.choices)) for s in r.steps]
+    return write_trace(path, Trace(cfg, steps, "bmc", cfg.pocket.policy.value,
+                                   {"broken": r.broken, "layer": r.layer}))
+
+
+PolicyName = PocketPolicy

@@ -1,0 +1,394 @@
+"""Symbolic states and the symbolic executor for API programs.
+
+A symbolic `State` has one Z3 constant per array element (Bool for the
+boolean fields, Int otherwise); `tokens`/`block_keys` stay concrete (page
+actions never touch them). `SymbolicExecutor` implements the `Executor`
+protocol of `model/executor.py`, so an API program from `model/api.py` is
+unrolled from its single definition:
+
+* `when(c)` runs the body once under the path condition c (not at all when c
+  folds to False, unconditionally when it folds to True);
+* `do` applies guard + effect as ite(pc, effect, state) and records "guard
+  false under pc" as a guard error;
+* `choose` returns a fresh Int constrained to a legal candidate, or NONE if
+  none is legal (the constraint goes to `constraints`);
+* `fail` marks OutOfPages under pc: later operations run under "not failed",
+  and the step's post-state is the pre-state, less the injected fault the
+  failure consumed (`fail(..., consumed=...)`);
+* `require(c)` conjoins "pc implies c" into the step's enabling condition.
+
+A `UsageError` raised by Python code inside a `when` body (e.g. `close` on a
+FREE sequence) cannot be run symbolically; `run_api` re-runs the program with
+that `when` skipped and its condition negated into the enabling condition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import z3
+
+from kvpocket.model.config import NONE
+from kvpocket.model.errors import UsageError
+from kvpocket.model.logic import Term
+from kvpocket.model.pages import PAGE_ACTIONS, Params
+from kvpocket.model.state import Layout, State
+
+from .z3ops import Z3OPS, Z3Ops, Z3Term, lit, same, to_z3
+
+CONCRETE_ONLY = ("tokens", "block_keys")
+ARRAY_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(State)
+    if f.name not in CONCRETE_ONLY and f.name not in
+    ("clock", "fault_alloc", "fault_copy", "bad_pop", "unsynced_reuse")
+)
+SCALAR_FIELDS: tuple[str, ...] = ("clock", "fault_alloc", "fault_copy", "bad_pop",
+                                  "unsynced_reuse")
+
+Slot = tuple[str, int | None]  # (field, index) of one state variable; None for scalars
+
+
+def state_slots(lay: Layout) -> list[tuple[Slot, bool]]:
+    """Every state variable of a configuration, with whether it is Boolean."""
+    init = lay.initial_state()
+    out: list[tuple[Slot, bool]] = []
+    for name in ARRAY_FIELDS:
+        for i, v in enumerate(getattr(init, name)):
+            out.append(((name, i), isinstance(v, bool)))
+    for name in SCALAR_FIELDS:
+        out.append(((name, None), isinstance(getattr(init, name), bool)))
+    return out
+
+
+def slot_name(slot: Slot) -> str:
+    name, i = slot
+    return name if i is None else f"{name}[{i}]"
+
+
+@dataclass
+class SymState:
+    """A State whose elements are Z3 constants, and the list of those constants."""
+
+    state: State
+    vars: list[tuple[Slot, Z3Term]]
+
+
+def symbolic_state(lay: Layout, prefix: str) -> SymState:
+    init = lay.initial_state()
+    values: dict[str, Any] = {}
+    arrays: dict[str, list[Z3Term]] = {n: [] for n in ARRAY_FIELDS}
+    out: list[tuple[Slot, Z3Term]] = []
+    for slot, is_bool in state_slots(lay):
+        name = f"{prefix}.{slot_name(slot)}"
+        v = z3.Bool(name) if is_bool else z3.Int(name)
+        out.append((slot, v))
+        if slot[1] is None:
+            values[slot[0]] = v
+        else:
+            arrays[slot[0]].append(v)
+    for n, xs in arrays.items():
+        values[n] = tuple(xs)
+    state = replace(init, **values)
+    return SymState(state, out)
+
+
+def get_slot(s: State, slot: Slot) -> Term:
+    name, i = slot
+    v = getattr(s, name)
+    return v if i is None else v[i]
+
+
+def equal_states(lay: Layout, a: State, b: State) -> list[Z3Term]:
+    """Constraints a == b, element by element (identical terms are skipped)."""
+    out: list[Z3Term] = []
+    for slot, _ in state_slots(lay):
+        x, y = get_slot(a, slot), get_slot(b, slot)
+        if same(x, y):
+            continue
+        c = Z3OPS.eq(x, y)
+        v = lit(c)
+        if v is None:
+            out.append(c)
+        elif not v:
+            out.append(z3.BoolVal(False))
+    return out
+
+
+def state_differs(lay: Layout, a: State, b: State) -> Term:
+    return Z3OPS.or_(*(Z3OPS.not_(c) for c in equal_states(lay, a, b)))
+
+
+def merge(ops: Z3Ops, c: Term, a: State, b: State) -> State:
+    """ite(c, a, b) field by field; untouched elements keep their identity."""
+    v = lit(c)
+    if v is not None:
+        return a if v else b
+    changes: dict[str, Any] = {}
+    for name in ARRAY_FIELDS:
+        xa, xb = getattr(a, name), getattr(b, name)
+        if xa is xb:
+            continue
+        changes[name] = tuple(x if x is y else ops.ite(c, x, y) for x, y in zip(xa, xb, strict=True))
+    for name in SCALAR_FIELDS:
+        xa, xb = getattr(a, name), getattr(b, name)
+        if xa is not xb:
+            changes[name] = ops.ite(c, xa, xb)
+    return replace(b, **changes)
+
+
+def concrete_state(lay: Layout, model: Any, sym: SymState) -> State:
+    """The concrete State a Z3 model assigns to a symbolic state's variables."""
+    init = lay.initial_state()
+    values: dict[str, Any] = {}
+    arrays: dict[str, list[Any]] = {n: [] for n in ARRAY_FIELDS}
+    for (name, i), v in sym.vars:
+        val = model.eval(v, model_completion=True)
+        py: Any = bool(z3.is_true(val)) if z3.is_bool(v) else int(val.as_long())
+        if i is None:
+            values[name] = py
+        else:
+            arrays[name].append(py)
+    for n, xs in arrays.items():
+        values[n] = tuple(xs)
+    return replace(init, **values)
+
+
+def fix_state(sym: SymState, s: State) -> list[Z3Term]:
+    """Constraints that pin a symbolic state to a concrete one."""
+    return [v == to_z3(get_slot(s, slot)) for slot, v in sym.vars]
+
+
+# ---- page-action instances -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One page action with concrete parameters."""
+
+    action: str
+    params: tuple[tuple[str, int], ...]
+
+    @property
+    def param_dict(self) -> dict[str, int]:
+        return dict(self.params)
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.action}({shown})"
+
+
+def page_instances(lay: Layout, actions: Iterable[str] | None = None) -> list[Instance]:
+    """All instances of the page actions over their parameter domains."""
+    import itertools
+
+    out: list[Instance] = []
+    for name in actions or PAGE_ACTIONS:
+        a = PAGE_ACTIONS[name]
+        domains = [list(p.domain(lay.cfg)) for p in a.params]
+        for combo in itertools.product(*domains):
+            out.append(Instance(name, tuple((p.name, v) for p, v in zip(a.params, combo,
+                                                                         strict=True))))
+    return out
+
+
+def guard_term(lay: Layout, s: State, inst: Instance) -> Term:
+    a = PAGE_ACTIONS[inst.action]
+    params: Params = dict(inst.params)
+    return Z3OPS.and_(*(c for _, c in a.guard(Z3OPS, lay, s, params)))
+
+
+def effect_state(lay: Layout, s: State, inst: Instance) -> State:
+    return PAGE_ACTIONS[inst.action].effect(Z3OPS, lay, s, dict(inst.params))
+
+
+# ---- the symbolic executor -------------------------------------------------------------
+
+
+@dataclass
+class ChoiceRecord:
+    kind: str
+    value: Term  # a Z3 Int or a Python int (a forced choice)
+    pc: Term  # the path condition under which the choice is made
+
+
+@dataclass
+class StepRecord:
+    action: str
+    params: dict[str, Term]
+    pc: Term
+
+
+class SymbolicExecutor:
+    def __init__(self, lay: Layout, state: State, prefix: str,
+                 skip_whens: frozenset[int] = frozenset()) -> None:
+        self.ops = Z3OPS
+        self.lay = lay
+        self.s = state
+        self.prefix = prefix
+        self.skip = skip_whens
+        self._pcs: list[Term] = []
+        self._open: list[int] = []
+        self._whens = 0
+        self.failed: Term = False
+        self.consumed_alloc: Term = False
+        self.consumed_copy: Term = False
+        self.requires: list[Term] = []
+        self.constraints: list[Z3Term] = []
+        self.guard_errors: list[tuple[str, Term]] = []
+        self.choices: list[ChoiceRecord] = []
+        self.steps: list[StepRecord] = []
+        self.fresh: list[Z3Term] = []  # choice variables and cut-point variables
+        self._atoms: dict[int, Z3Term] = {id(v): v for v in _elements(state)}
+
+    def pc(self) -> Term:
+        return self.ops.and_(*self._pcs, self.ops.not_(self.failed))
+
+    def do(self, action: str, **params: Term) -> None:
+        pc = self.pc()
+        if lit(pc) is False:
+            return
+        a = PAGE_ACTIONS[action]
+        for label, ok in a.guard(self.ops, self.lay, self.s, params):
+            err = self.ops.and_(pc, self.ops.not_(ok))
+            if lit(err) is not False:
+                self.guard_errors.append((f"{action}: {label}", err))
+        post = a.effect(self.ops, self.lay, self.s, params)
+        self.s = self._cut(merge(self.ops, pc, post, self.s))
+        self.steps.append(StepRecord(action, dict(params), pc))
+
+    def _cut(self, s: State) -> State:
+        """Name every new compound element by a fresh variable (keeps terms linear)."""
+        changes: dict[str, Any] = {}
+        for name in ARRAY_FIELDS:
+            xs = getattr(s, name)
+            ys = tuple(self._atom(x) for x in xs)
+            if any(a is not b for a, b in zip(xs, ys, strict=True)):
+                changes[name] = ys
+        for name in SCALAR_FIELDS:
+            x = getattr(s, name)
+            y = self._atom(x)
+            if y is not x:
+                changes[name] = y
+        return replace(s, **changes) if changes else s
+
+    def _atom(self, t: Term) -> Term:
+        if lit(t) is not None or id(t) in self._atoms:
+            return t
+        n = len(self.fresh)
+        v = (z3.Bool if z3.is_bool(t) else z3.Int)(f"{self.prefix}.t{n}")
+        self.fresh.append(v)
+        self.constraints.append(v == t)
+        self._atoms[id(v)] = v
+        return v
+
+    def when(self, cond: Term) -> Iterable[None]:
+        n = self._whens
+        self._whens += 1
+        if n in self.skip:
+            self.requires.append(self.ops.implies(self.pc(), self.ops.not_(cond)))
+            return ()
+        v = lit(cond)
+        if v is not None:
+            if not v:
+                return ()
+            return self._body(n, None)
+        return self._body(n, cond)
+
+    def _body(self, n: int, cond: Term) -> Iterator[None]:
+        if cond is not None:
+            self._pcs.append(cond)
+        self._open.append(n)
+        try:
+            yield None
+        finally:
+            self._open.pop()
+            if cond is not None:
+                self._pcs.pop()
+
+    def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
+               label: Callable[[int], object] | None = None) -> Term:
+        pc = self.pc()
+        conds = [(x, legal(x)) for x in domain]
+        conds = [(x, c) for x, c in conds if lit(c) is not False]
+        if not conds:
+            return NONE
+        if len(conds) == 1 and lit(conds[0][1]) is True:
+            self.choices.append(ChoiceRecord(kind, conds[0][0], pc))
+            return conds[0][0]
+        v = z3.Int(f"{self.prefix}.choice{len(self.choices)}.{kind}")
+        self.fresh.append(v)
+        self._atoms[id(v)] = v
+        none_legal = self.ops.not_(self.ops.or_(*(c for _, c in conds)))
+        options = [self.ops.and_(v == x, c) for x, c in conds]
+        self.constraints.append(z3.Or(*[to_z3(o) for o in options],
+                                      to_z3(self.ops.and_(v == NONE, none_legal))))
+        self.choices.append(ChoiceRecord(kind, v, pc))
+        return v
+
+    def fail(self, reason: str, consumed: str | None = None) -> None:
+        pc = self.pc()
+        if consumed == "alloc":
+            self.consumed_alloc = self.ops.or_(self.consumed_alloc, pc)
+        elif consumed == "copy":
+            self.consumed_copy = self.ops.or_(self.consumed_copy, pc)
+        self.failed = self.ops.or_(self.failed, pc)
+
+    def require(self, cond: Term, error: UsageError) -> None:
+        self.requires.append(self.ops.implies(self.pc(), cond))
+
+    def in_when(self) -> int | None:
+        return self._open[-1] if self._open else None
+
+
+def _elements(s: State) -> list[Term]:
+    out: list[Term] = []
+    for name in ARRAY_FIELDS:
+        out.extend(getattr(s, name))
+    out.extend(getattr(s, name) for name in SCALAR_FIELDS)
+    return out
+
+
+@dataclass
+class ApiStep:
+    """One API action instance unrolled symbolically from a pre-state."""
+
+    action: str
+    args: dict[str, Any]
+    enabled: Term
+    post: State
+    failed: Term
+    guard_errors: list[tuple[str, Term]]
+    choices: list[ChoiceRecord]
+    constraints: list[Z3Term]
+    fresh: list[Z3Term]
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+def run_api(lay: Layout, pre: State, program: Callable[..., None], action: str,
+            args: dict[str, Any], prefix: str) -> ApiStep | None:
+    """Unroll `program(ex, **args)` from `pre`; None if it can never be enabled."""
+    skip: frozenset[int] = frozenset()
+    for _ in range(64):
+        ex = SymbolicExecutor(lay, pre, prefix, skip)
+        try:
+            program(ex, **args)
+        except UsageError:
+            n = ex.in_when()
+            if n is None:
+                return None  # unconditionally rejected (argument checks)
+            skip = skip | {n}
+            continue
+        ops = ex.ops
+        enabled = ops.and_(*ex.requires)
+        if lit(enabled) is False:
+            return None
+        # Exact rollback; an injected fault is consumed by the failure it caused.
+        rolled_back = replace(
+            pre, fault_alloc=ops.and_(pre.fault_alloc, ops.not_(ex.consumed_alloc)),
+            fault_copy=ops.and_(pre.fault_copy, ops.not_(ex.consumed_copy)))
+        post = merge(ops, ex.failed, rolled_back, ex.s)
+        return ApiStep(action, args, enabled, post, ex.failed, ex.guard_errors, ex.choices,
+                       ex.constraints, ex.fresh, ex.steps)
+    raise RuntimeError(f"{action}{args}: too many usage errors inside `when` bodies")

@@ -1,0 +1,209 @@
+"""The Z3 interpretation of the model vocabulary (`kvpocket.model.logic.Ops`).
+
+Guards, effects and invariants of the model are evaluated with `Z3Ops` to
+build Z3 terms: there is no second copy of the transitions. Terms fold as
+they are built: operands that are Python values (or Z3 literals) are
+evaluated at once, so a concrete array index takes the tuple element
+directly, a guard condition on concrete parameters becomes a Python bool,
+and an untouched array element stays the very same term (the identity lets
+`merge` and equality constraints skip unchanged state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import z3
+
+from kvpocket.model.logic import Term
+
+Z3Term = Any  # z3.ExprRef; z3 is untyped
+
+
+def lit(x: Term) -> int | bool | None:
+    """The Python value of x if it is a constant, else None.
+
+    Z3Ops never builds Z3 literals except as leaves of `If` terms it records (see
+    `_ITE`), so a Z3 expression is never treated as a constant (fast: no FFI call).
+    """
+    if isinstance(x, bool | int):
+        return x
+    return getattr(x, "_kv_lit", None)
+
+
+def to_z3(x: Term) -> Z3Term:
+    """A Z3 expression for x (Python bools and ints become literals)."""
+    if isinstance(x, bool):
+        e = z3.BoolVal(x)
+    elif isinstance(x, int):
+        e = z3.IntVal(x)
+    else:
+        return x
+    e._kv_lit = x
+    return e
+
+
+def same(a: Term, b: Term) -> bool:
+    """a and b are the same term (cheap; False means 'do not know')."""
+    if a is b:
+        return True
+    la, lb = lit(a), lit(b)
+    return la is not None and lb is not None and type(la) is type(lb) and la == lb
+
+
+class Z3Ops:
+    """Builds Z3 terms, folding constants as it goes."""
+
+    symbolic = True
+
+    def const(self, value: int | bool) -> Term:
+        return value
+
+    def and_(self, *xs: Term) -> Term:
+        keep: list[Z3Term] = []
+        for x in xs:
+            v = lit(x)
+            if v is None:
+                keep.append(x)
+            elif not v:
+                return False
+        if not keep:
+            return True
+        return keep[0] if len(keep) == 1 else z3.And(*keep)
+
+    def or_(self, *xs: Term) -> Term:
+        keep: list[Z3Term] = []
+        for x in xs:
+            v = lit(x)
+            if v is None:
+                keep.append(x)
+            elif v:
+                return True
+        if not keep:
+            return False
+        return keep[0] if len(keep) == 1 else z3.Or(*keep)
+
+    def not_(self, x: Term) -> Term:
+        v = lit(x)
+        if v is not None:
+            return not v
+        inner = getattr(x, "_kv_not", None)
+        if inner is not None:
+            return inner
+        e = z3.Not(x)
+        e._kv_not = x
+        return e
+
+    def implies(self, a: Term, b: Term) -> Term:
+        va, vb = lit(a), lit(b)
+        if va is not None:
+            return b if va else True
+        if vb is not None:
+            return True if vb else self.not_(a)
+        return z3.Implies(a, b)
+
+    def ite(self, c: Term, a: Term, b: Term) -> Term:
+        vc = lit(c)
+        if vc is not None:
+            return a if vc else b
+        if same(a, b):
+            return a
+        va, vb = lit(a), lit(b)
+        if isinstance(va, bool) and isinstance(vb, bool):
+            return c if va else self.not_(c)
+        e = z3.If(c, to_z3(a), to_z3(b))
+        e._kv_ite = (c, a, b)
+        return e
+
+    def eq(self, a: Term, b: Term) -> Term:
+        va, vb = lit(a), lit(b)
+        if va is not None and vb is not None:
+            return bool(va == vb)
+        if same(a, b):
+            return True
+        if isinstance(vb, bool):
+            return a if vb else self.not_(a)
+        if isinstance(va, bool):
+            return b if va else self.not_(b)
+        if va is not None and hasattr(b, "_kv_ite"):
+            return self._push_ite_cmp(b, va)
+        if vb is not None and hasattr(a, "_kv_ite"):
+            return self._push_ite_cmp(a, vb)
+        return to_z3(a) == to_z3(b)
+
+    def _push_ite_cmp(self, t: Z3Term, v: int) -> Term:
+        """(If(c, x, y) == v) with literal leaves becomes a Boolean combination (smaller)."""
+        c, x, y = t._kv_ite
+        return self.ite(c, self.eq(x, v), self.eq(y, v))
+
+    def ne(self, a: Term, b: Term) -> Term:
+        return self.not_(self.eq(a, b))
+
+    def lt(self, a: Term, b: Term) -> Term:
+        va, vb = lit(a), lit(b)
+        if va is not None and vb is not None:
+            return bool(va < vb)
+        if same(a, b):
+            return False
+        return to_z3(a) < to_z3(b)
+
+    def le(self, a: Term, b: Term) -> Term:
+        va, vb = lit(a), lit(b)
+        if va is not None and vb is not None:
+            return bool(va <= vb)
+        if same(a, b):
+            return True
+        return to_z3(a) <= to_z3(b)
+
+    def add(self, a: Term, b: Term) -> Term:
+        va, vb = lit(a), lit(b)
+        if va is not None and vb is not None:
+            return int(va) + int(vb)
+        if vb == 0:
+            return a
+        if va == 0:
+            return b
+        return to_z3(a) + to_z3(b)
+
+    def sub(self, a: Term, b: Term) -> Term:
+        va, vb = lit(a), lit(b)
+        if va is not None and vb is not None:
+            return int(va) - int(vb)
+        if vb == 0:
+            return a
+        return to_z3(a) - to_z3(b)
+
+    def lookup(self, arr: Sequence[Term], idx: Term, default: Term = -1) -> Term:
+        i = lit(idx)
+        if i is not None:
+            return arr[int(i)] if 0 <= i < len(arr) else default
+        result = default
+        for j in reversed(range(len(arr))):
+            result = self.ite(self.eq(idx, j), arr[j], result)
+        return result
+
+    def store(self, arr: tuple[Term, ...], idx: Term, value: Term) -> tuple[Term, ...]:
+        i = lit(idx)
+        if i is not None:
+            if not 0 <= i < len(arr):
+                return arr
+            return (*arr[: int(i)], value, *arr[int(i) + 1 :])
+        return tuple(self.ite(self.eq(idx, j), value, x) for j, x in enumerate(arr))
+
+    def count(self, conds: Sequence[Term]) -> Term:
+        n = 0
+        terms: list[Z3Term] = []
+        for c in conds:
+            v = lit(c)
+            if v is None:
+                terms.append(z3.If(c, 1, 0))
+            elif v:
+                n += 1
+        if not terms:
+            return n
+        total = terms[0] if len(terms) == 1 else z3.Sum(*terms)
+        return total + n if n else total
+
+
+Z3OPS = Z3Ops()
