@@ -176,7 +176,7 @@ class KVCache:
         orphans: list[Page] = []
         if h < self._next_change:
             return orphans  # no stale range moves below this history
-        st, seq = self._st, self.seq_id
+        st = self._st
         for i, lc in enumerate(self._lcs):
             if lc.window is None:
                 continue

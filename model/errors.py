@@ -59,7 +59,7 @@ class ChoiceRejected(ModelError):
         self.legal = legal
 
 
-class OutOfPages(Exception):  # noqa: N818 - mirrors upstream OutOfPagesError
+class OutOfPages(Exception):  # mirrors upstream OutOfPagesError
     """Raised inside an API action; the action rolls back and reports failure.
 
     `consumed` names the injected fault ("alloc" or "copy") that caused it, if any:

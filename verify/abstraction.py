@@ -83,13 +83,15 @@ def abstract_model(m: Model) -> Abstract:
                 pockets.append((q, c, entries))
     seqs = []
     for q in range(lay.seqs):
-        status = SeqStatus(s.seq_status[q])
-        if status == SeqStatus.FREE:
+        seq_status = SeqStatus(s.seq_status[q])
+        if seq_status == SeqStatus.FREE:
             continue
         nb = num_blocks_for(s.capacity[q], cfg.tokens_per_block)
-        index, entries = [], []
+        index: list[tuple[int, ...]] = []
+        table: list[tuple[Any, ...]] = []
         for c in range(lay.lcs):
-            row, ents = [], []
+            row: list[int] = []
+            ents: list[Any] = []
             for o in range(nb):
                 e = lay.entry_ix(m.ops, q, c, o)
                 row.append(s.index[e])
@@ -97,9 +99,9 @@ def abstract_model(m: Model) -> Abstract:
                 ents.append(None if page == NONE else
                             (where.get(page), "lock" if s.entry_locked[e] else "hold"))
             index.append(tuple(row))
-            entries.append(tuple(ents))
-        seqs.append((q, status.name, s.capacity[q], s.history[q], s.committed_tokens[q],
-                     CommitState(s.commit_state[q]).name, tuple(index), tuple(entries)))
+            table.append(tuple(ents))
+        seqs.append((q, seq_status.name, s.capacity[q], s.history[q], s.committed_tokens[q],
+                     CommitState(s.commit_state[q]).name, tuple(index), tuple(table)))
     return Abstract(tuple(sorted(pages, key=repr)), tuple(occupied), tuple(queues),
                     tuple(pockets), tuple(seqs))
 

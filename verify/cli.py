@@ -154,7 +154,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace on the implementation and the model; print the first divergence."""
     from pathlib import Path
 
-    from .replay import TraceError, read_trace, replay
+    from .replay import replay
+    from .trace import TraceError, read_trace
 
     if args.backend not in (None, "numpy", "cupy"):
         raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")

@@ -26,8 +26,9 @@ from kvpocket.model.config import KVConfig, PocketPolicy
 from .lockstep import RARE_STATES
 from .machine import STATS, machine_for
 from .profiles import PROFILES, hypothesis_settings
-from .replay import Trace, TraceStep, replay
+from .replay import replay
 from .shrink import minimize
+from .trace import Trace, TraceStep
 
 
 def expected_rare_states(cfg: KVConfig) -> list[str]:
@@ -120,7 +121,7 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
     test_path.write_text(
         f'"""Reproducer written by `kvpocket fuzz` (config {spec.config_name}, seed '
         f'{spec.seed}).\n\n{first}\n"""\n\n'
-        "from kvpocket.verify.replay import parse_trace, replay\n\n"
+        "from kvpocket.verify.replay import replay\nfrom kvpocket.verify.trace import parse_trace\n\n"
         f"TRACE = r'''\n{body}\n'''\n\n\n"
         "def test_reproduces() -> None:\n"
         "    result = replay(parse_trace(TRACE.splitlines()))\n"

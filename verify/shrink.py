@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from .replay import ReplayResult, Trace, replay
+from .replay import ReplayResult, replay
+from .trace import Trace
 
 
 def signature(result: ReplayResult) -> tuple[str, str]:

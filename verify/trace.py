@@ -1,15 +1,18 @@
-"""Trace files (JSON lines) and their replay on the executable model.
+"""Trace files: one action per line, replayable by the model and the lockstep checker.
 
-Line 1 is a header `{"kvpocket_trace": 1, "config": <KVConfig.to_json()>, "source": ...,
-"policy": ...}`; every further line is one step `{"action": name, "params": {...},
-"layer": "api"|"page", "choices": [[kind, value], ...]}`. API-level steps replay
-through `Model.call` with a `ScriptedChooser` holding the recorded choices;
-page-level steps through `Model.apply`.
+Line 1 is a header: {"kvpocket_trace": 1, "config": {...}, "source": "fuzz"|"bmc"|...,
+"policy": ..., "backend": "numpy", "eager": false}. Every other line is one action:
+{"action": NAME, "params": {...}, "layer": "api"|"page", "choices": [[kind, value], ...]}.
+API-level actions are those of the lockstep alphabet (`adapter.ALPHABET`); page-level
+ones are the model's page actions. Choices are the model's (BMC counterexamples record
+them); fuzz traces leave them out, since the implementation makes its own.
+Malformed files raise `TraceError` naming the file and line.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,11 +21,13 @@ from kvpocket.model.config import ConfigError, KVConfig
 from kvpocket.model.executor import ScriptedChooser
 from kvpocket.model.machine import Model
 
+from .adapter import check_params
+
 TRACE_VERSION = 1
 
 
 class TraceError(ValueError):
-    """A malformed trace file; the message names the line."""
+    """A malformed trace: the message names the line and what is wrong."""
 
 
 @dataclass
@@ -30,87 +35,106 @@ class TraceStep:
     action: str
     params: dict[str, Any]
     layer: str = "api"
-    choices: list[tuple[str, int]] = field(default_factory=list)
+    choices: list[tuple[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"action": self.action, "params": self.params, "layer": self.layer,
-                "choices": [[k, v] for k, v in self.choices]}
+                "choices": [list(c) for c in self.choices]}
 
 
 @dataclass
 class Trace:
     config: KVConfig
     steps: list[TraceStep]
-    source: str = "bmc"
-    policy: str = ""
+    source: str = "fuzz"
+    policy: str = ""  # informational; the config's pocket policy is what replays
     extra: dict[str, Any] = field(default_factory=dict)
+    backend: str = "numpy"
+    eager: bool = False  # the stream simulator runs work only when a step advances it
+
+    def lines(self) -> Iterator[str]:
+        header = {"kvpocket_trace": TRACE_VERSION, "config": self.config.to_json(),
+                  "source": self.source, "policy": self.policy or self.config.pocket.policy.value,
+                  "backend": self.backend, "eager": self.eager, **self.extra}
+        yield json.dumps(header)
+        for s in self.steps:
+            yield json.dumps(s.to_json())
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(self.lines()) + "\n")
+
+
+def parse_trace(lines: Iterable[str], name: str = "trace") -> Trace:
+    rows = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
+    if not rows:
+        raise TraceError(f"{name}: the trace is empty (expected a header line)")
+    header = _json(rows[0], name)
+    if not isinstance(header, dict) or header.get("kvpocket_trace") != TRACE_VERSION:
+        raise TraceError(f"{name}:{rows[0][0]}: not a kvpocket trace header "
+                         f"(expected {{\"kvpocket_trace\": {TRACE_VERSION}, \"config\": ...}})")
+    try:
+        cfg = KVConfig.from_json(header.get("config"))
+    except ConfigError as exc:
+        raise TraceError(f"{name}:{rows[0][0]}: {exc}") from None
+    steps = []
+    for lineno, text in rows[1:]:
+        obj = _json((lineno, text), name)
+        if not isinstance(obj, dict) or "action" not in obj:
+            raise TraceError(f"{name}:{lineno}: expected an object with \"action\" and \"params\"")
+        layer = obj.get("layer", "api")
+        params = obj.get("params", {})
+        if layer not in ("api", "page"):
+            raise TraceError(f"{name}:{lineno}: layer must be \"api\" or \"page\", got {layer!r}")
+        if not isinstance(params, dict):
+            raise TraceError(f"{name}:{lineno}: \"params\" must be an object")
+        if layer == "api":
+            try:
+                check_params(obj["action"], params)
+            except ValueError as exc:
+                raise TraceError(f"{name}:{lineno}: {exc}") from None
+        choices = obj.get("choices", [])
+        if not isinstance(choices, list) or not all(
+                isinstance(c, list) and len(c) == 2 for c in choices):
+            raise TraceError(f"{name}:{lineno}: \"choices\" must be a list of [kind, value] pairs")
+        steps.append(TraceStep(obj["action"], params, layer, [(c[0], c[1]) for c in choices]))
+    known = {"kvpocket_trace", "config", "source", "policy", "backend", "eager"}
+    return Trace(cfg, steps, str(header.get("source", "unknown")), str(header.get("policy", "")),
+                 {k: v for k, v in header.items() if k not in known},
+                 str(header.get("backend", "numpy")), bool(header.get("eager", False)))
 
 
 def write_trace(path: str | Path, trace: Trace) -> Path:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    header = {"kvpocket_trace": TRACE_VERSION, "config": trace.config.to_json(),
-              "source": trace.source, "policy": trace.policy or trace.config.pocket.policy.value,
-              **trace.extra}
-    lines = [json.dumps(header)] + [json.dumps(s.to_json()) for s in trace.steps]
-    p.write_text("\n".join(lines) + "\n")
+    trace.write(p)
     return p
 
 
 def read_trace(path: str | Path) -> Trace:
-    p = Path(path)
+    path = Path(path)
     try:
-        text = p.read_text()
+        text = path.read_text()
     except OSError as exc:
-        raise TraceError(f"{p}: cannot read: {exc.strerror}") from None
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not lines:
-        raise TraceError(f"{p}: empty trace (expected a header line)")
-    n, first = lines[0]
-    header = _obj(p, n, first)
-    if header.get("kvpocket_trace") != TRACE_VERSION:
-        raise TraceError(f"{p}:{n}: not a kvpocket trace header "
-                         f"(expected \"kvpocket_trace\": {TRACE_VERSION})")
-    try:
-        cfg = KVConfig.from_json(header.get("config"))
-    except ConfigError as exc:
-        raise TraceError(f"{p}:{n}: bad config: {exc}") from None
-    steps = [_step(p, n, line) for n, line in lines[1:]]
-    extra = {k: v for k, v in header.items()
-             if k not in ("kvpocket_trace", "config", "source", "policy")}
-    return Trace(cfg, steps, str(header.get("source", "")), str(header.get("policy", "")), extra)
+        raise TraceError(f"{path}: cannot read the trace ({exc.strerror})") from None
+    if text and not text.endswith("\n"):
+        # A writer that died mid-line leaves a truncated last line: say so precisely.
+        last = text.rsplit("\n", 1)[-1]
+        try:
+            json.loads(last)
+        except json.JSONDecodeError:
+            n = text.count("\n") + 1
+            raise TraceError(f"{path}:{n}: the trace is truncated (last line is incomplete)"
+                             ) from None
+    return parse_trace(text.splitlines(), str(path))
 
 
-def _obj(p: Path, n: int, line: str) -> dict[str, Any]:
+def _json(row: tuple[int, str], name: str) -> Any:
+    lineno, text = row
     try:
-        data = json.loads(line)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(f"{p}:{n}: invalid JSON: {exc.msg} (column {exc.colno})") from None
-    if not isinstance(data, dict):
-        raise TraceError(f"{p}:{n}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-def _step(p: Path, n: int, line: str) -> TraceStep:
-    data = _obj(p, n, line)
-    for key in ("action", "params"):
-        if key not in data:
-            raise TraceError(f"{p}:{n}: missing field '{key}'")
-    action, params = data["action"], data["params"]
-    layer = data.get("layer", "api")
-    choices = data.get("choices", [])
-    if not isinstance(action, str):
-        raise TraceError(f"{p}:{n}: 'action' must be a string")
-    if not isinstance(params, dict):
-        raise TraceError(f"{p}:{n}: 'params' must be an object")
-    if layer not in ("api", "page"):
-        raise TraceError(f"{p}:{n}: 'layer' must be \"api\" or \"page\", got {layer!r}")
-    if not isinstance(choices, list) or not all(
-        isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and isinstance(c[1], int)
-        for c in choices
-    ):
-        raise TraceError(f"{p}:{n}: 'choices' must be a list of [kind, integer] pairs")
-    return TraceStep(action, params, layer, [(c[0], c[1]) for c in choices])
+        raise TraceError(f"{name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+                         ) from None
 
 
 def replay_on_model(trace: Trace) -> tuple[int, list[str]]:
