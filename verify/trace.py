@@ -80,8 +80,11 @@ def parse_trace(lines: Iterable[str], name: str = "trace") -> Trace:
     steps = []
     for lineno, text in rows[1:]:
         obj = _json((lineno, text), name)
-        if not isinstance(obj, dict) or "action" not in obj:
-            raise TraceError(f"{name}:{lineno}: expected an object with \"action\" and \"params\"")
+        if not isinstance(obj, dict):
+            raise TraceError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        for key in ("action", "params"):
+            if key not in obj:
+                raise TraceError(f"{name}:{lineno}: missing field '{key}'")
         layer = obj.get("layer", "api")
         params = obj.get("params", {})
         if layer not in ("api", "page"):
@@ -133,7 +136,7 @@ def _json(row: tuple[int, str], name: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(f"{name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+        raise TraceError(f"{name}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
                          ) from None
 
 
