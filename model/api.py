@@ -63,6 +63,11 @@ def _slot_is_free(ex: Executor, level: int, pg: Term) -> Callable[[int], Term]:
 
 def _queue_head_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
     ops, s, lay = ex.ops, ex.s, ex.lay
+    if not ops.symbolic:  # the same predicate, evaluated once: LRU stamps are unique
+        queued = [p for p in range(lay.pages) if s.queued[p] and s.level[p] == level
+                  and lay.pool_group_of_lc[s.lc[p]] == pg]
+        head = min(queued, key=lambda p: (lay.priority_of_lc[s.lc[p]], s.stamp[p]), default=-1)
+        return lambda p: p == head
 
     def legal(p: int) -> Term:
         same = [q for q in range(lay.pages) if q != p]

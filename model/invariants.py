@@ -445,9 +445,19 @@ INVARIANTS_BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
 
 
 def violated(ops: Ops, lay: Layout, s: State, scope: Scope | None = None) -> list[Invariant]:
-    """Invariants (of a scope, or all) that do not hold in concrete state s."""
+    """Invariants (of a scope, or all) that do not hold in concrete state s.
+
+    On concrete values the quadratic ones use their one-pass companions in
+    `fastcheck.py` (tested to agree exactly with the definitions here).
+    """
+    from .fastcheck import FAST
+
+    def holds(inv: Invariant) -> bool:
+        fast = FAST.get(inv.name) if not ops.symbolic else None
+        return bool(fast(lay, s)) if fast is not None else bool(inv.predicate(ops, lay, s))
+
     return [
         inv for inv in INVARIANTS
         if (scope is None or inv.scope == scope or (scope == "api" and inv.scope == "step"))
-        and not inv.predicate(ops, lay, s)
+        and not holds(inv)
     ]

@@ -100,15 +100,15 @@ P_KEY = Param("key", _keys, "block key (interned token prefix)")
 # ---- derived terms shared by guards, effects and invariants -----------------------------
 
 def pool_group(ops: Ops, lay: Layout, lc: Term) -> Term:
-    return ops.lookup(tuple(x.pool_group for x in lay.cfg.life_cycles), lc, 0)
+    return ops.lookup(lay.pool_group_of_lc, lc, 0)
 
 
 def priority(ops: Ops, lay: Layout, lc: Term) -> Term:
-    return ops.lookup(tuple(x.priority for x in lay.cfg.life_cycles), lc, 0)
+    return ops.lookup(lay.priority_of_lc, lc, 0)
 
 
 def is_swa(ops: Ops, lay: Layout, lc: Term) -> Term:
-    return ops.lookup(tuple(x.is_swa for x in lay.cfg.life_cycles), lc, False)
+    return ops.lookup(lay.swa_of_lc, lc, False)
 
 
 def page_slot_ix(ops: Ops, lay: Layout, s: State, p: Term) -> Term:

@@ -8,7 +8,7 @@ index can be a symbolic term. Only `Layout` knows the flattening.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .config import (
@@ -78,41 +78,42 @@ STATE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(State))
 
 @dataclass(frozen=True)
 class Layout:
-    """Sizes and flattening for one configuration."""
+    """Sizes and flattening for one configuration (computed once: the model's hot path)."""
 
     cfg: KVConfig
+    pages: int = field(init=False)
+    seqs: int = field(init=False)
+    lcs: int = field(init=False)
+    blocks: int = field(init=False)
+    pocket_cap: int = field(init=False)
+    copy_stream: int = field(init=False)
+    total_slots: int = field(init=False)
+    pool_group_of_lc: tuple[int, ...] = field(init=False)
+    priority_of_lc: tuple[int, ...] = field(init=False)
+    swa_of_lc: tuple[bool, ...] = field(init=False)
+    _offsets: tuple[int, ...] = field(init=False)
 
-    @property
-    def pages(self) -> int:
-        return self.cfg.max_pages
-
-    @property
-    def seqs(self) -> int:
-        return self.cfg.num_sequences
-
-    @property
-    def lcs(self) -> int:
-        return self.cfg.num_life_cycles
-
-    @property
-    def blocks(self) -> int:
-        return self.cfg.max_blocks
-
-    @property
-    def pocket_cap(self) -> int:
-        return self.cfg.pocket.capacity
-
-    @property
-    def copy_stream(self) -> int:
-        return self.cfg.num_sequences + COPY_STREAM_OFFSET
+    def __post_init__(self) -> None:
+        cfg = self.cfg
+        groups = cfg.num_pool_groups
+        offsets = [0]
+        for n in cfg.slots_per_level:
+            offsets.append(offsets[-1] + n * groups)
+        for name, value in (
+            ("pages", cfg.max_pages), ("seqs", cfg.num_sequences),
+            ("lcs", cfg.num_life_cycles), ("blocks", cfg.max_blocks),
+            ("pocket_cap", cfg.pocket.capacity),
+            ("copy_stream", cfg.num_sequences + COPY_STREAM_OFFSET),
+            ("total_slots", offsets[-1]),
+            ("pool_group_of_lc", tuple(lc.pool_group for lc in cfg.life_cycles)),
+            ("priority_of_lc", tuple(lc.priority for lc in cfg.life_cycles)),
+            ("swa_of_lc", tuple(lc.is_swa for lc in cfg.life_cycles)),
+            ("_offsets", tuple(offsets)),
+        ):
+            object.__setattr__(self, name, value)
 
     def level_offset(self, level: int) -> int:
-        groups = self.cfg.num_pool_groups
-        return sum(n * groups for n in self.cfg.slots_per_level[:level])
-
-    @property
-    def total_slots(self) -> int:
-        return self.level_offset(self.cfg.num_levels)
+        return self._offsets[level]
 
     def slots_at(self, level: int) -> int:
         return self.cfg.slots_per_level[level]

@@ -172,10 +172,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_FOUND
 
 
+def _prove_args(p: argparse.ArgumentParser) -> None:
+    from .prove import add_prove_arguments
+
+    add_prove_arguments(p)
+
+
+def cmd_prove(args: argparse.Namespace) -> int:
+    """Prove the page-layer invariants (induction) and run bounded model checking (Z3)."""
+    from .prove import run_prove
+
+    return run_prove(args.config, args.policy, args.depth, args.json_path, args.out)
+
+
 COMMANDS: list[Command] = [
     ("spec", _spec_args, cmd_spec),
     ("fuzz", _fuzz_args, cmd_fuzz),
     ("replay", _replay_args, cmd_replay),
+    ("prove", _prove_args, cmd_prove),
 ]
 
 
