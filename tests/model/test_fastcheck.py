@@ -3,8 +3,10 @@ on reachable states and on states with a field perturbed at random."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -36,22 +38,24 @@ def reachable(preset: str, seed: int, steps: int) -> Model:
                         min(s.history[seq] + rng.randrange(3), s.capacity[seq]))),
             ("pressure", (rng.randrange(cfg.num_levels), 0, rng.randrange(1, 3))),
         ])
-        try:
+        with contextlib.suppress(UsageError):
             getattr(m, name)(*args)
-        except UsageError:
-            pass
     return m
 
 
 def perturb(s: State, rng: random.Random) -> State:
     name = rng.choice([f for f in STATE_FIELDS if f not in CONCRETE_ONLY])
     value = getattr(s, name)
+    changed: object
     if isinstance(value, tuple):
         i = rng.randrange(len(value))
         old = value[i]
         new = (not old) if isinstance(old, bool) else old + rng.choice([-2, -1, 1, 2])
-        return replace(s, **{name: (*value[:i], new, *value[i + 1:])})
-    return replace(s, **{name: (not value) if isinstance(value, bool) else value + 1})
+        changed = (*value[:i], new, *value[i + 1:])
+    else:
+        changed = (not value) if isinstance(value, bool) else value + 1
+    fields: dict[str, Any] = {name: changed}
+    return replace(s, **fields)
 
 
 @settings(max_examples=int(__import__("os").environ.get("KVPOCKET_FASTCHECK_EXAMPLES", "60")), deadline=None)
