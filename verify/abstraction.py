@@ -142,10 +142,12 @@ def abstract_impl(snap: dict[str, Any], seq_of: dict[int, int]) -> Abstract:
                     tuple(pockets), tuple(sorted(seqs)))
 
 
-def diff(model: Abstract, impl: Abstract) -> list[str]:
-    """Readable differences, model side first."""
+def diff(model: Abstract, impl: Abstract, names: tuple[str, str] = ("model", "impl")
+         ) -> list[str]:
+    """Readable differences, model side (or the earlier state) first."""
     out: list[str] = []
     a, b = model.as_dict(), impl.as_dict()
+    left, right = names
     for name in a:
         if a[name] == b[name]:
             continue
@@ -154,11 +156,11 @@ def diff(model: Abstract, impl: Abstract) -> list[str]:
             only_i = set(b[name]) - set(a[name])
             cols = ", ".join(PAGE_COLUMNS)
             out.append(f"pages differ (columns: {cols})")
-            out += [f"  model only: {row}" for row in sorted(only_m, key=repr)]
-            out += [f"  impl only:  {row}" for row in sorted(only_i, key=repr)]
+            out += [f"  {left} only: {row}" for row in sorted(only_m, key=repr)]
+            out += [f"  {right} only: {row}" for row in sorted(only_i, key=repr)]
             continue
         out.append(f"{name} differ:")
-        out.append(f"  model: {a[name]}")
-        out.append(f"  impl:  {b[name]}")
+        out.append(f"  {left}: {a[name]}")
+        out.append(f"  {right}: {b[name]}")
     return out
 

@@ -149,7 +149,9 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
             n = remaining if remaining is not None else profile.max_examples
         settings = hypothesis_settings(profile, max_examples=n, steps=spec.steps, database=db)
         test = get_state_machine_test(machine, settings=settings)
-        if not profile.derandomize:
+        if not profile.derandomize and db is None:
+            # Hypothesis saves nothing to a database for a seeded test, so a shared
+            # database takes precedence over the seed (failures still replay from traces).
             test = hypothesis_seed(spec.seed * 100_003 + batch_no)(test)
         STATS.reset()
         STATS.on_step = progress
@@ -181,12 +183,24 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
     return report
 
 
-def _worker_entry(args: tuple[CampaignSpec, Any]) -> CampaignReport:
-    spec, counter = args
+_SHARED_STEPS: Any = None  # a multiprocessing.Value, inherited by each worker
+
+
+def _init_worker(counter: Any) -> None:
+    global _SHARED_STEPS
+    _SHARED_STEPS = counter
+
+
+def _worker_entry(spec: CampaignSpec) -> CampaignReport:
+    pending = 0
 
     def tick(steps: int) -> None:
-        with counter.get_lock():
-            counter.value += steps
+        nonlocal pending
+        pending += steps
+        if pending >= 25:  # a shared counter update every few steps is plenty for a bar
+            with _SHARED_STEPS.get_lock():
+                _SHARED_STEPS.value += pending
+            pending = 0
 
     return run_worker(spec, progress=tick)
 
@@ -221,12 +235,12 @@ def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = Tru
     counter = ctx.Value("q", 0)
     per_worker = None if spec.examples is None else max(1, spec.examples // workers)
     specs = [
-        (CampaignSpec(**{**asdict_shallow(spec), "seed": spec.seed + 7919 * i,
-                         "examples": per_worker, "out_dir": str(Path(spec.out_dir) / f"w{i}")}),
-         counter)
+        CampaignSpec(**{**asdict_shallow(spec), "seed": spec.seed + 7919 * i,
+                        "examples": per_worker, "out_dir": str(Path(spec.out_dir) / f"w{i}")})
         for i in range(workers)
     ]
-    with CampaignProgress(spec, show_progress) as bar, ctx.Pool(workers) as pool:
+    with CampaignProgress(spec, show_progress) as bar, \
+            ctx.Pool(workers, initializer=_init_worker, initargs=(counter,)) as pool:
         pending = pool.map_async(_worker_entry, specs)
         while not pending.ready():
             pending.wait(0.25)

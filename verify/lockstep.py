@@ -155,7 +155,7 @@ class Lockstep:
                 f"  implementation: {impl_out}", *self._choices_lines()])
         if model_out.kind == "ok" and self.oracle is not None:
             self._after_success(action, params)
-        self.check(n, action, params)
+        self.check(n, action, params, pre_model)
         if chooser.unmatched:
             raise Divergence(n, "different choices", [f"{action}({_fmt(params)})",
                                                        *chooser.unmatched,
@@ -166,7 +166,8 @@ class Lockstep:
         return [f"  implementation choices: {self.impl.last_choices()}",
                 f"  model choices:          {self.model.last_choices}"]
 
-    def check(self, n: int, action: str = "", params: dict[str, Any] | None = None) -> None:
+    def check(self, n: int, action: str = "", params: dict[str, Any] | None = None,
+              before: State | None = None) -> None:
         where = f"after {action}({_fmt(params or {})})"
         a_model = abstract_model(self.model)
         a_impl = abstract_impl(self.impl.snapshot(), self.seq_of())
@@ -174,7 +175,14 @@ class Lockstep:
             raise Divergence(n, "abstract states differ", [where, *diff(a_model, a_impl)])
         bad_model = [f"{i.name}: {i.statement}" for i in self.model.violations("api")]
         if bad_model:
-            raise Divergence(n, "model invariant violated", [where, *bad_model])
+            changed = []
+            if before is not None:
+                after = self.model.state
+                self.model.state = before
+                a_before = abstract_model(self.model)
+                self.model.state = after
+                changed = ["changed by the step:", *diff(a_before, a_model, ("before", "after"))]
+            raise Divergence(n, "model invariant violated", [where, *bad_model, *changed])
         bad_impl = self.impl.check_invariants()
         if bad_impl:
             raise Divergence(n, "implementation invariant violated", [where, *bad_impl])

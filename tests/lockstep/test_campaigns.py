@@ -1,0 +1,88 @@
+"""The lockstep machine under the ci profile: clean for the safe policies, with every rare
+state reached, and the unsafe policy's bug found, minimised and reproducible."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from kvpocket.model.config import PocketPolicy
+from kvpocket.verify.cli import main
+from kvpocket.verify.fuzz import CampaignSpec, expected_rare_states, run_worker
+from kvpocket.verify.presets import PRESETS
+from kvpocket.verify.replay import replay
+from kvpocket.verify.trace import read_trace
+
+
+@pytest.mark.parametrize("preset", ["tiny", "two-level"])
+@pytest.mark.parametrize("policy", [PocketPolicy.REVALIDATE, PocketPolicy.PIN])
+def test_safe_policies_pass_and_cover(preset: str, policy: PocketPolicy, tmp_path: Path) -> None:
+    cfg = PRESETS[preset].config.with_pocket(True, policy)
+    report = run_worker(CampaignSpec(preset, cfg, profile="ci", examples=60,
+                                     out_dir=str(tmp_path)))
+    assert report.failures == [], report.failures[0].message if report.failures else ""
+    assert report.coverage_gaps == []
+    assert report.steps > 1000
+    for name in expected_rare_states(cfg):
+        assert report.rare_states[name] > 0, name
+
+
+def test_unsafe_policy_is_found_shrunk_and_reproduced(tmp_path: Path) -> None:
+    cfg = PRESETS["tiny"].config.with_pocket(True, PocketPolicy.UNSAFE)
+    report = run_worker(CampaignSpec("tiny", cfg, profile="ci", examples=60,
+                                     out_dir=str(tmp_path)))
+    assert len(report.failures) == 1
+    failure = report.failures[0]
+    assert failure.steps <= 10
+    assert "popped_slots_valid" in failure.message or "slot_owned_once" in failure.message
+    trace = read_trace(Path(failure.trace))
+    result = replay(trace)
+    assert not result.ok and result.kind == "model invariant violated"
+    assert len(trace.steps) == failure.steps
+    # The standalone pytest reproducer fails while the bug is there.
+    spec = importlib.util.spec_from_file_location("repro", failure.test)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(AssertionError, match="model invariant violated"):
+        module.test_reproduces()
+    # ... and passes once the policy is fixed (the same steps under revalidate).
+    fixed = trace.config.with_pocket(True, "revalidate")
+    assert replay(type(trace)(fixed, trace.steps)).ok
+
+
+def test_fuzz_cli_writes_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    code = main(["fuzz", "--config", "tiny", "--examples", "5", "--profile", "dev",
+                 "--no-progress", "--json", str(out), "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    for key in ("examples", "steps", "steps_per_second", "failures", "rare_states"):
+        assert key in data
+    assert data["examples"] >= 5 and data["steps"] > 0 and data["failures"] == []
+
+
+def test_fuzz_cli_exits_1_on_a_failure(tmp_path: Path) -> None:
+    code = main(["fuzz", "--config", "tiny", "--policy", "unsafe", "--examples", "60",
+                 "--profile", "ci", "--no-progress", "--out", str(tmp_path)])
+    assert code == 1
+    assert list(tmp_path.glob("failure-*.jsonl")) and list(tmp_path.glob("test_failure_*.py"))
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["fuzz", "--examples", "0"], "--examples"),
+    (["fuzz", "--policy", "yolo"], "--policy"),
+    (["fuzz", "--config", "nope"], "config"),
+    (["fuzz", "--backend", "tpu"], "--backend"),
+    (["fuzz", "--profile", "fast"], "--profile"),
+    (["fuzz", "--minutes", "-1"], "--minutes"),
+    (["fuzz", "--examples", "many"], "--examples"),
+])
+def test_fuzz_cli_rejects_bad_options(argv: list[str], needle: str,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
