@@ -57,7 +57,7 @@ PAGE_LIFE: dict[str, tuple[tuple[Life, Life], ...]] = {
     "release_holder": ((H, C),),
     "schedule": (),
     "exclude": (),
-    "evict_begin": ((H, M), (C, M)),
+    "evict_begin": ((H, M), (C, M), (P, M)),
     "onboard_begin": ((H, M),),
     "migrate_complete": ((M, H), (M, C), (M, P)),
     "copy_fail": ((M, H), (M, C), (M, P)),
@@ -111,3 +111,16 @@ def spec_json(cfg: KVConfig) -> dict[str, Any]:
         for i in INVARIANTS
     ]
     return {"config": cfg.to_json(), "actions": actions, "invariants": invariants}
+
+
+def markdown_tables(cfg: KVConfig) -> str:
+    """The action table and the invariant catalogue as Markdown (docs/spec.md embeds it)."""
+    data = spec_json(cfg)
+    lines = ["| layer | action | parameters | guard / precondition |", "|---|---|---|---|"]
+    for a in data["actions"]:
+        guard = a["guard"].replace("|", "\\|")
+        lines.append(f"| {a['layer']} | `{a['name']}` | {', '.join(a['parameters'])} | {guard} |")
+    lines += ["", "| invariant | scope | kind | statement |", "|---|---|---|---|"]
+    for i in data["invariants"]:
+        lines.append(f"| `{i['name']}` | {i['scope']} | {i['kind']} | {i['statement']} |")
+    return "\n".join(lines)

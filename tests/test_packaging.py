@@ -1,0 +1,47 @@
+"""`pip install .` gives one package, `kvpocket`, with the top-level folders as its
+subpackages, and no top-level `model`, `impl` or `verify`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_source_package_is_listed() -> None:
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {
+        "kvpocket." + ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("model", "impl", "verify") for p in (ROOT / top).rglob("__init__.py")
+    }
+    assert found == listed
+
+
+def test_non_editable_install_imports_only_kvpocket(tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(ROOT)],
+        check=True, cwd=tmp_path, capture_output=True,
+    )
+    assert (target / "kvpocket" / "model" / "__init__.py").is_file()
+    assert (target / "kvpocket" / "verify" / "regressions").is_dir()
+    assert not any((target / name).exists() for name in ("model", "impl", "verify"))
+    # A fresh interpreter that sees only the install (-S: no site-packages, so no editable
+    # finder) and runs from another directory: the model imports (standard library only),
+    # and nothing named model, impl or verify is importable.
+    probe = (
+        "import importlib.util, kvpocket.model\n"
+        "assert kvpocket.model.__file__.startswith(%r)\n"
+        "for name in ('model', 'impl', 'verify'):\n"
+        "    assert importlib.util.find_spec(name) is None, name\n"
+        "assert importlib.util.find_spec('kvpocket.impl') is not None\n"
+        "print('ok')\n" % str(target)
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, check=True,
+                         capture_output=True, text=True, env={"PYTHONPATH": str(target)})
+    assert out.stdout.strip() == "ok"
