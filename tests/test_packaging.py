@@ -36,11 +36,11 @@ def test_non_editable_install_imports_only_kvpocket(tmp_path: Path) -> None:
     # and nothing named model, impl or verify is importable.
     probe = (
         "import importlib.util, kvpocket.model\n"
-        "assert kvpocket.model.__file__.startswith(%r)\n"
+        f"assert kvpocket.model.__file__.startswith({str(target)!r})\n"
         "for name in ('model', 'impl', 'verify'):\n"
         "    assert importlib.util.find_spec(name) is None, name\n"
         "assert importlib.util.find_spec('kvpocket.impl') is not None\n"
-        "print('ok')\n" % str(target)
+        "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, check=True,
                          capture_output=True, text=True, env={"PYTHONPATH": str(target)})
