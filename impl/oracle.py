@@ -169,10 +169,24 @@ class DecodeOracle:
     def check(self) -> list[Mismatch]:
         """Synchronise, compare every pending read; returns (and accumulates) mismatches."""
         self.mgr.backend.synchronize_all()
+        return self._compare(drain=True)
+
+    def collect(self) -> list[Mismatch]:
+        """Compare the reads that have already run, without running anything: a harness
+        that chooses the stream order checks data after every step and keeps its
+        interleaving."""
+        return self._compare(drain=False)
+
+    def _compare(self, drain: bool) -> list[Mismatch]:
         found_now: list[Mismatch] = []
-        for seq, lc, p, slots, expected, box in self._pending:
+        still_pending = []
+        for item in self._pending:
+            seq, lc, p, slots, expected, box = item
             if not box:
-                self.missing.append(f"seq {seq} lc {lc}: a verification read never ran")
+                if drain:
+                    self.missing.append(f"seq {seq} lc {lc}: a verification read never ran")
+                else:
+                    still_pending.append(item)
                 continue
             got = self.mgr.backend.to_numpy(box[0]).astype(np.int32).view(np.uint32)
             bad_rows = np.nonzero((got != expected).any(axis=1))[0]
@@ -180,7 +194,7 @@ class DecodeOracle:
                 j = int(np.nonzero(got[r] != expected[r])[0][0])
                 found_now.append(Mismatch(seq, lc, int(p[r]) // self.t, int(p[r]),
                                           int(expected[r, j]), int(got[r, j]), int(slots[r])))
-        self._pending.clear()
+        self._pending = still_pending
         self.mismatches.extend(found_now)
         return found_now
 
