@@ -19,3 +19,7 @@ res = {"numpy": run_decode_bench(num_seqs=256, steps=64, backend="numpy"),
        "cupy": run_decode_bench(num_seqs=256, steps=64, backend="cupy")}
 print(json.dumps(res, indent=1))
 PY
+# Bench suite `gpu` (issue 7): decode A/B on CuPy, migration copy bandwidth against a
+# plain CuPy copy of the same bytes, data-oracle throughput; JSON and plots under $OUT.
+timeout 240 "$PY" -m kvpocket.verify.bench --suite gpu --json "$OUT/bench-gpu.json" \
+  --plots "$OUT/bench-gpu-plots"

@@ -185,11 +185,25 @@ def cmd_prove(args: argparse.Namespace) -> int:
     return run_prove(args.config, args.policy, args.depth, args.json_path, args.out)
 
 
+def _bench_args(p: argparse.ArgumentParser) -> None:
+    from .bench import add_bench_arguments
+
+    add_bench_arguments(p)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Benchmarks: what the pocket buys, what it costs, and how fast the verifier is."""
+    from .bench import run_bench
+
+    return run_bench(args)
+
+
 COMMANDS: list[Command] = [
     ("spec", _spec_args, cmd_spec),
     ("fuzz", _fuzz_args, cmd_fuzz),
     ("replay", _replay_args, cmd_replay),
     ("prove", _prove_args, cmd_prove),
+    ("bench", _bench_args, cmd_bench),
 ]
 
 
