@@ -26,6 +26,7 @@ from kvpocket.model.config import (
     stale_range,
 )
 
+from . import mutants
 from .allocator import Events
 from .errors import (
     CapacityError,
@@ -91,6 +92,8 @@ class KVCache:
         self._max_cap = cfg.max_capacity
         self._device_index: Any = None
         self._index_dirty = True
+        if mgr.events is not None:  # the event log wraps this handle's API methods
+            mgr.events.instrument_sequence(self)
 
     # ---- public queries ----------------------------------------------------------------
     @property
@@ -147,7 +150,8 @@ class KVCache:
         if all(s.id != self.stream.id for s in page.users):
             op.set(page, "users", (*page.users, self.stream))
         op.setitem(self.locked[i], b, False)
-        self._set_index(i, b, BAD_PAGE_INDEX, op)
+        if not mutants.active("stale-index-entry"):
+            self._set_index(i, b, BAD_PAGE_INDEX, op)
 
     def _release_entry(self, i: int, b: int, op: Op) -> None:
         page = self.pages[i][b]
@@ -181,7 +185,7 @@ class KVCache:
             if lc.window is None:
                 continue
             s0, e0 = self._stale[i]
-            s1, e1 = stale_range(lc, h, self._t)
+            s1, e1 = stale_range(lc, h - mutants.active("window-off-by-one"), self._t)
             if (s0, e0) == (s1, e1):
                 continue
             op.setitem(self._stale, i, (s1, e1))
@@ -190,7 +194,8 @@ class KVCache:
                 if page is None or not self.locked[i][b]:
                     continue
                 self._unlock(i, b, page, op)
-                if b >= self.num_committed_blocks and self.commit_state is CommitState.ALLOWED:
+                if (b >= self.num_committed_blocks and self.commit_state is CommitState.ALLOWED
+                        and not mutants.active("park-while-committing")):
                     op.set(page, "holds", page.holds + 1)  # kept for a later commit
                     st.requeue(page, op)
                 else:
@@ -205,10 +210,13 @@ class KVCache:
 
     def _parkable(self, page: Page) -> bool:
         pc = self._mgr.cfg.pocket
-        return (pc.enabled and self._lcs[page.lc].is_swa and not page.committed
-                and self.commit_state is not CommitState.ALLOWED
+        return (pc.enabled and self._lcs[page.lc].is_swa
+                and (not page.committed or mutants.active("park-committed"))
+                and (self.commit_state is not CommitState.ALLOWED
+                     or mutants.active("park-while-committing"))
                 and page.level == GPU_LEVEL and page.has_slot
-                and len(self.pocket[page.lc]) < pc.capacity)
+                and (len(self.pocket[page.lc]) < pc.capacity
+                     or mutants.active("pocket-no-capacity")))
 
     def _settle_orphans(self, orphans: list[Page], op: Op, park: bool) -> None:
         for page in orphans:
@@ -230,9 +238,10 @@ class KVCache:
         policy = self._mgr.cfg.pocket.policy
         while pocket:
             page = pocket.popleft()
-            op.on_undo(pocket.appendleft, page)
+            if not mutants.active("pocket-pop-not-rolled-back"):
+                op.on_undo(pocket.appendleft, page)
             op.set(page, "pocket_owner", None)
-            if policy is PocketPolicy.REVALIDATE and not (
+            if policy is PocketPolicy.REVALIDATE and not mutants.active("pop-no-revalidate") and not (
                 page.alive and page.level == GPU_LEVEL and page.has_slot
             ):
                 op.choose(("refuse", seq, i, page.pid))
@@ -246,7 +255,8 @@ class KVCache:
                 st.stream_fence(s, op, seq) for s in page.users if s.id != self.stream.id
             )
             slot = page.slot
-            op.set(page, "slot", NO_SLOT)
+            if not mutants.active("pop-slot-released-twice"):
+                op.set(page, "slot", NO_SLOT)
             op.set(page, "holds", page.holds - 1)
             st.settle(page, op, seq)
             op.choose(("pop", seq, i, page.pid))
@@ -440,14 +450,16 @@ class KVCache:
         self._require("suspend", SeqStatus.ACTIVE)
 
         def body(op: Op) -> None:
-            self._drain_pocket(op)
+            if not mutants.active("suspend-no-drain"):
+                self._drain_pocket(op)
             for i in range(len(self._lcs)):
                 for b in range(self.num_blocks):
                     page = self.pages[i][b]
                     if page is not None and self.locked[i][b]:
                         self._unlock(i, b, page, op)
                         op.set(page, "holds", page.holds + 1)
-                        self._st.requeue(page, op)
+                        if not mutants.active("suspend-not-evictable"):
+                            self._st.requeue(page, op)
             op.set(self, "status", SeqStatus.SUSPENDED)
 
         self._mgr._run(body)
@@ -476,7 +488,9 @@ class KVCache:
         for i, b, page in targets:
             # Order after every earlier user's work on the page (e.g. the sequence that
             # wrote a reused prefix block), not only after its last fenced events.
-            st.wait_for(self.stream, st.fence(page, op, self.seq_id), op, self.seq_id)
+            evs = st.fence(page, op, self.seq_id)
+            if not mutants.active("resume-no-wait"):
+                st.wait_for(self.stream, evs, op, self.seq_id)
             op.set(page, "holds", page.holds - 1)
             op.set(page, "locks", page.locks + 1)
             op.setitem(self.locked[i], b, True)
@@ -493,7 +507,8 @@ class KVCache:
             return
 
         def body(op: Op) -> None:
-            self._drain_pocket(op)
+            if not mutants.active("close-no-drain"):
+                self._drain_pocket(op)
             for b in range(self.num_blocks - 1, -1, -1):
                 for i in range(len(self._lcs)):
                     self._release_entry(i, b, op)

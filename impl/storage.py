@@ -25,6 +25,7 @@ from typing import Any
 
 from kvpocket.model.config import GPU_LEVEL, NO_SLOT, KVConfig, PocketPolicy
 
+from . import mutants
 from .allocator import Events, FirstSlotPolicy, SlotAllocator, SlotPolicy
 from .backend.protocol import Backend, EventRef, StreamRef
 from .errors import CopyFailedError, InjectedAllocationError, OutOfPagesError, SlotChoiceError
@@ -192,7 +193,9 @@ class Storage:
 
     def evict(self, page: Page, op: Op, seq: int | None) -> None:
         level = page.level
-        self.queues[level][page.group].remove(page.pid, op)
+        # (mutant: the removal goes to a throwaway undo log, so a rollback never re-queues)
+        self.queues[level][page.group].remove(
+            page.pid, Op() if mutants.active("cascade-no-requeue") else op)
         op.choose(("evict", level, page.group, page.pid))
         op.count("evictions", seq)
         if level == self.last:
@@ -253,7 +256,8 @@ class Storage:
         op.set(page, "level", dst_level)
         op.set(page, "slot", dst_slot)
         op.set(page, "events", (ev,))
-        self.allocs[src_level][page.group].release(src_slot, (ev,), op)
+        released_with: Events = () if mutants.active("migrate-no-wait") else (ev,)
+        self.allocs[src_level][page.group].release(src_slot, released_with, op)
         op.count("releases", seq)
         op.choose(("migrate", page.pid, src_level, dst_level, dst_slot))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from . import mutants
 from .config import GPU_LEVEL, NONE, CommitState, PageStatus, PocketPolicy, SeqStatus
 from .errors import (
     CapacityError,
@@ -35,7 +36,8 @@ def _stale(ex: Executor, lc: int, o: int, h: Term) -> Term:
     t = ex.lay.cfg.tokens_per_block
     if life.window is None or o < -(-life.sink_tokens // t):
         return ex.ops.const(False)
-    return ex.ops.le((o + 1) * t, ex.ops.sub(ex.ops.add(h, 1), life.window))
+    plus_one = 0 if mutants.active("model-window-off-by-one") else 1
+    return ex.ops.le((o + 1) * t, ex.ops.sub(ex.ops.add(h, plus_one), life.window))
 
 
 def _in_cap(ex: Executor, o: int, cap: Term) -> Term:
@@ -294,7 +296,7 @@ def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:
     k = ex.choose("pocket", range(lay.pocket_cap), lambda j: ops.ne(ex.s.pocket[positions[j]], NONE),
                   lambda j: _where(ex, ex.s.pocket[positions[j]]))
     page = ops.lookup(ex.s.pocket, lay.pocket_ix(ops, seq, lc, k), NONE)
-    if lay.cfg.pocket.policy != PocketPolicy.REVALIDATE:
+    if lay.cfg.pocket.policy != PocketPolicy.REVALIDATE or mutants.active("model-pop-no-revalidate"):
         ex.do("pop", seq=seq, lc=lc, k=k, ordinal=o)
         return
     valid = ops.and_(
@@ -315,7 +317,8 @@ def park_or_release(ex: Executor, seq: int, lc: int, o: int, page: Term) -> None
         eligible = ops.and_(
             ops.eq(ops.lookup(ex.s.level, page, -1), GPU_LEVEL),
             ops.ne(ops.lookup(ex.s.slot, page, -1), -1),
-            ops.lt(pocket_size(ops, lay, ex.s, seq, lc), lay.pocket_cap),
+            ops.or_(ops.lt(pocket_size(ops, lay, ex.s, seq, lc), lay.pocket_cap),
+                    ops.const(mutants.active("model-pocket-no-capacity"))),
         )
     for _ in ex.when(eligible):
         ex.do("park", page=page, seq=seq, lc=lc, ordinal=o)

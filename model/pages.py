@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from . import mutants
 from .config import (
     BAD_PAGE_INDEX,
     GPU_LEVEL,
@@ -477,7 +478,8 @@ def g_drop(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     page = p["page"]
     return [
         ("page is the head of its level's eviction queue", queue_head(ops, lay, s, page)),
-        ("page is DROPPABLE", ops.eq(status(ops, s, page), int(PageStatus.DROPPABLE))),
+        ("page is DROPPABLE", ops.or_(ops.eq(status(ops, s, page), int(PageStatus.DROPPABLE)),
+                                      ops.const(mutants.active("model-drop-held")))),
         ("page is committed", ops.lookup(s.committed, page, False)),
     ]
 
@@ -496,11 +498,13 @@ def g_park(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
          ops.ne(ops.lookup(s.commit_state, seq, 0), int(CommitState.ALLOWED))),
         ("block holds the page", ops.and_(ops.ne(e, -1), ops.eq(ops.lookup(s.entry, e, NONE), page))),
         ("block entry is a holder, not a lock", ops.not_(ops.lookup(s.entry_locked, e, True))),
-        ("page is uncommitted", ops.not_(ops.lookup(s.committed, page, True))),
+        ("page is uncommitted", ops.or_(ops.not_(ops.lookup(s.committed, page, True)),
+                                        ops.const(mutants.active("model-park-committed")))),
         ("page is at GPU", ops.eq(ops.lookup(s.level, page, -1), GPU_LEVEL)),
         ("page has a slot", has_slot(ops, s, page)),
         ("page is not migrating", ops.not_(moving(ops, s, page))),
-        ("pocket is not full", ops.lt(pocket_size(ops, lay, s, seq, p["lc"]), lay.pocket_cap)),
+        ("pocket is not full", ops.or_(ops.lt(pocket_size(ops, lay, s, seq, p["lc"]), lay.pocket_cap),
+                                       ops.const(mutants.active("model-pocket-no-capacity")))),
     ]
 
 
@@ -536,7 +540,7 @@ def g_pop(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
         ("block is within capacity", _within_capacity(ops, lay, s, p["seq"], p["ordinal"])),
         ("block has no page", ops.and_(ops.ne(e, -1), ops.eq(ops.lookup(s.entry, e, 0), NONE))),
     ]
-    if lay.cfg.pocket.policy != PocketPolicy.UNSAFE:
+    if lay.cfg.pocket.policy != PocketPolicy.UNSAFE and not mutants.active("model-pop-no-revalidate"):
         conds.append(("parked page is still at GPU with a valid slot and not migrating",
                       _still_valid(ops, s, page)))
     return conds

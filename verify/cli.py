@@ -198,12 +198,92 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def _trace_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    check = sub.add_parser("check", help="check an event log against the model "
+                           "(docs/adapter-guide.md)")
+    check.add_argument("log", metavar="FILE", help="an event log (NDJSON)")
+    check.add_argument("--config", metavar="NAME",
+                       help="check against this preset instead of the log's own configuration")
+    check.add_argument("--policy", metavar="POLICY",
+                       help="check under this pocket policy: revalidate, pin or unsafe")
+    check.set_defaults(trace_run=_trace_check)
+    record = sub.add_parser("record", help="run a seeded random workload on the "
+                            "implementation and write its event log")
+    _add_config_options(record)
+    record.add_argument("--steps", type=int, default=200, metavar="N",
+                        help="workload steps (default 200)")
+    record.add_argument("--seed", type=int, default=0, metavar="X", help="seed (default 0)")
+    record.add_argument("--out", required=True, metavar="FILE", help="where the log goes")
+    record.set_defaults(trace_run=_trace_record)
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Event logs: check one against the model, or record one from the implementation."""
+    if getattr(args, "trace_command", None) is None:
+        raise CliError("trace: expected a subcommand: check or record")
+    code: int = args.trace_run(args)
+    return code
+
+
+def _trace_check(args: argparse.Namespace) -> int:
+    from .trace import TraceError, read_events
+    from .tracecheck import ConfigTooSmall, check_events
+
+    try:
+        log = read_events(args.log)
+    except TraceError as exc:
+        raise CliError(str(exc)) from None
+    cfg = preset(args.config) if args.config else log.config
+    if args.policy is not None:
+        cfg = cfg.with_pocket(enabled=True, policy=PocketPolicy.parse(args.policy, "--policy"))
+    try:
+        result = check_events(log, cfg, args.log)
+    except ConfigTooSmall as exc:
+        raise CliError(f"{args.log}: {exc}") from None
+    if result.ok:
+        print(f"{args.log}: {result.events} events valid: every choice is legal, every "
+              "reported result and observed state matches the model, every invariant holds")
+        return EXIT_OK
+    print(result.report)
+    return EXIT_FOUND
+
+
+def _trace_record(args: argparse.Namespace) -> int:
+    from .record import record
+
+    _positive_int("--steps", args.steps)
+    cfg = config_from_args(args.config, args.policy)
+    try:
+        stats = record(cfg, args.steps, args.seed, args.out)
+    except OSError as exc:
+        raise CliError(f"argument --out: cannot write {args.out} ({exc.strerror})") from None
+    print(f"{args.out}: {stats.calls} API calls ({stats.errors} refused as misuse; "
+          f"{stats.parked} parks, {stats.popped} pops, {stats.refused} refused pops)")
+    return EXIT_OK
+
+
+def _mutants_args(p: argparse.ArgumentParser) -> None:
+    from .mutants import add_mutants_arguments
+
+    add_mutants_arguments(p)
+
+
+def cmd_mutants(args: argparse.Namespace) -> int:
+    """Seeded bugs: run the campaigns against each mutant and print the kill matrix."""
+    from .mutants import run_mutants
+
+    return run_mutants(args.only, args.budget, args.json_path, args.list_only)
+
+
 COMMANDS: list[Command] = [
     ("spec", _spec_args, cmd_spec),
     ("fuzz", _fuzz_args, cmd_fuzz),
     ("replay", _replay_args, cmd_replay),
     ("prove", _prove_args, cmd_prove),
+    ("trace", _trace_args, cmd_trace),
     ("bench", _bench_args, cmd_bench),
+    ("mutants", _mutants_args, cmd_mutants),
 ]
 
 

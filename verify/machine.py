@@ -18,7 +18,7 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kvpocket.model.config import KVConfig, SeqStatus
+from kvpocket.model.config import CommitState, KVConfig, SeqStatus
 
 from .lockstep import Divergence, Lockstep
 
@@ -119,25 +119,49 @@ class LockstepMachine(RuleBasedStateMachine):
         base = pool_group * lay.slots_at(0)
         return sum(x == -1 for x in s.slot_owner[base:base + lay.slots_at(0)])
 
-    @rule(data=st.data(), burst=st.booleans())
-    def race(self, data: st.DataObject, burst: bool) -> None:
-        """The hazard as one rule: decode until a page is parked, then another tenant's
-        pressure (or this sequence's own burst of growth) needs its GPU slot, then the
-        next decode step pops from the pocket."""
+    RACES = ("pressure", "burst", "suspend", "close", "fill")
+
+    @rule(data=st.data(), mode=st.sampled_from(RACES))
+    def race(self, data: st.DataObject, mode: str) -> None:
+        """The pocket's hazards as one rule: decode until a page is parked, then
+        pressure:  another tenant needs its GPU slot, and the next decode step pops;
+        burst:     this sequence asks for more blocks than the GPU has (OutOfPages);
+        suspend:   suspend (the pocket drains) and resume;
+        close:     close (the pocket drains);
+        fill:      three blocks leave the window at once (the pocket's capacity bound)."""
+        cfg = self.cfg
+        t = cfg.tokens_per_block
         seq = data.draw(self.seqs(), label="seq")
-        for _ in range(4 * self.cfg.tokens_per_block + 8):
+        s = self._state()
+        if s.seq_status[seq] != SeqStatus.ACTIVE:
+            self._restart(seq, [])
+        if self._state().commit_state[seq] == CommitState.ALLOWED:
+            self._step("stop_committing", {"seq": seq})  # the pocket serves only this case
+        for _ in range(4 * t + 8):
             if self._pocket_of(seq) or self._state().seq_status[seq] != SeqStatus.ACTIVE:
                 break
             self._decode(seq)
-        if burst:
-            s = self._state()
-            cap = min(s.capacity[seq] + 4 * self.cfg.tokens_per_block, self.cfg.max_capacity)
-            self._step("resize", {"seq": seq, "capacity": cap, "history": s.history[seq]})
-        else:
-            pg = data.draw(st.integers(0, self.cfg.num_pool_groups - 1), label="pool_group")
-            need = min(self._free_gpu(pg) + 1, self.cfg.slots_per_level[0])
+        s = self._state()
+        cap, h = s.capacity[seq], s.history[seq]
+        if mode == "pressure":
+            pg = data.draw(st.integers(0, cfg.num_pool_groups - 1), label="pool_group")
+            need = min(self._free_gpu(pg) + 1, cfg.slots_per_level[0])
             self._step("pressure", {"level": 0, "pool_group": pg, "slots": need})
-        self._decode(seq)
+            self._decode(seq)
+        elif mode == "burst":
+            grow = t * (cfg.slots_per_level[0] + 1)
+            self._step("resize", {"seq": seq, "capacity": min(cap + grow, cfg.max_capacity),
+                                  "history": h})
+        elif mode == "suspend":
+            self._step("suspend", {"seq": seq})
+            self._step("resume", {"seq": seq})
+        elif mode == "close":
+            self._step("close", {"seq": seq})
+        else:
+            grown = min(cap + 3 * t, cfg.max_capacity)
+            self._step("resize", {"seq": seq, "capacity": grown, "history": h})
+            self._step("resize", {"seq": seq, "capacity": grown,
+                                  "history": min(h + 3 * t, grown)})
 
     @rule()
     def decode_batch(self) -> None:
@@ -145,6 +169,15 @@ class LockstepMachine(RuleBasedStateMachine):
         for seq in range(self.cfg.num_sequences):
             if self._state().seq_status[seq] == SeqStatus.ACTIVE:
                 self._decode(seq)
+
+    @rule(data=st.data(), tokens=st.integers(1, 8))
+    def retire(self, data: st.DataObject, tokens: int) -> None:
+        """History advances without new capacity: blocks leave the window and nothing pops,
+        so the pocket fills up (and its capacity bound is exercised)."""
+        seq = data.draw(self.seqs(), label="seq")
+        s = self._state()
+        self._step("resize", {"seq": seq, "capacity": s.capacity[seq],
+                              "history": min(s.history[seq] + tokens, s.capacity[seq])})
 
     @rule(data=st.data(), grow=st.integers(-2, 8), advance=st.integers(0, 3))
     def resize(self, data: st.DataObject, grow: int, advance: int) -> None:
@@ -157,12 +190,25 @@ class LockstepMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def reuse_prefix(self, data: st.DataObject) -> None:
         """Replace a sequence by one whose prompt starts with another's committed tokens:
-        close (draining its pocket), create with prefix reuse, resume."""
+        close (draining its pocket), create with prefix reuse, resume. When nothing is
+        committed yet, another sequence first commits a two-block prompt."""
+        cfg = self.cfg
         seq = data.draw(self.seqs(), label="seq")
         tokens = self._state().tokens
-        source = max(range(self.cfg.num_sequences), key=lambda q: len(tokens[q]))
-        prompt = list(tokens[source]) + data.draw(
+        source = max(range(cfg.num_sequences), key=lambda q: len(tokens[q]))
+        if len(tokens[source]) < cfg.tokens_per_block and cfg.num_sequences > 1:
+            source = (seq + 1) % cfg.num_sequences
+            n = 2 * cfg.tokens_per_block
+            prompt = data.draw(st.lists(st.integers(0, 1), min_size=n, max_size=n),
+                               label="prompt")
+            self._restart(source, prompt)
+            self._step("resize", {"seq": source, "capacity": n, "history": 0})
+            self._step("commit", {"seq": source, "n": n})
+        prompt = list(self._state().tokens[source]) + data.draw(
             st.lists(st.integers(0, 1), max_size=2), label="suffix")
+        self._restart(seq, prompt)
+
+    def _restart(self, seq: int, prompt: list[int]) -> None:
         if self._state().seq_status[seq] in (SeqStatus.ACTIVE, SeqStatus.SUSPENDED):
             self._step("close", {"seq": seq})
         self._step("create", {"seq": seq, "prompt": prompt})

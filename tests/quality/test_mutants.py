@@ -1,0 +1,90 @@
+"""The quality tier: every seeded bug (`kvpocket.verify.mutants.MUTANTS`) is killed by
+the ci-budget campaign, and the unmodified kit raises no false alarm on the same
+campaigns. Run with `pytest -m quality -n 2`."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from kvpocket.model import mutants as switchboard
+from kvpocket.verify.mutants import (
+    CONFIGS,
+    MUTANTS,
+    _induction_only,
+    lockstep_campaign,
+    run_mutant,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+BUDGET_S = 60.0  # per mutant; the slowest (migrate-no-wait) needs ~15 s on one core
+EXAMPLES = 60
+
+# Known gaps: (mutant, why the ci campaign does not kill it). An entry here is a failing
+# (xfail) test, listed in `kvpocket mutants` as a survivor, never silently dropped.
+SURVIVORS = {
+    "pocket-no-capacity": "the ci campaigns never reach a full pocket (rare state 'pocket "
+                          "full' stays 0, even on wide-pocket); a directed trace is caught",
+}
+
+
+def _params() -> list[object]:
+    out: list[object] = []
+    for name in MUTANTS:
+        marks = [pytest.mark.xfail(reason=SURVIVORS[name], strict=False)] if name in SURVIVORS \
+            else []
+        out.append(pytest.param(name, marks=marks, id=name))
+    return out
+
+
+def test_registry_is_complete() -> None:
+    assert len(MUTANTS) >= 14
+    sources = "\n".join(p.read_text() for d in ("impl", "model") for p in (ROOT / d).glob("*.py")
+                        if p.name != "mutants.py")
+    switched = set(re.findall(r'mutants\.active\("([a-z0-9-]+)"\)', sources))
+    assert switched == set(MUTANTS), "every mutant has a switch and every switch a mutant"
+    for m in MUTANTS.values():
+        assert m.layer in ("impl", "model") and m.description and m.modelled_on and m.switch
+        assert m.preset in CONFIGS
+        assert m.layer == "model" or not m.name.startswith("model-")
+
+
+def test_enable_restores() -> None:
+    assert not switchboard.active_names()
+    with switchboard.enable("window-off-by-one"):
+        assert switchboard.active("window-off-by-one")
+        assert os.environ[switchboard.ENV] == "window-off-by-one"
+    assert not switchboard.active("window-off-by-one")
+    assert switchboard.ENV not in os.environ
+
+
+@pytest.mark.quality
+@pytest.mark.parametrize("name", _params())
+def test_mutant_is_killed(name: str) -> None:
+    m = MUTANTS[name]
+    r = run_mutant(m, budget_s=BUDGET_S, examples=EXAMPLES, attention=False, z3=True, bmc=False)
+    assert r.killed, f"{name} survived: {r.campaign}; z3 {r.z3}"
+    if r.trace_length is not None:
+        assert r.trace_length <= 16, f"{name}: shrunk trace has {r.trace_length} steps"
+    assert not switchboard.active_names()
+
+
+@pytest.mark.quality
+@pytest.mark.parametrize("preset", sorted({m.preset for m in MUTANTS.values()}))
+def test_no_false_alarm_lockstep(preset: str) -> None:
+    policies = sorted({m.policy for m in MUTANTS.values() if m.preset == preset})
+    for policy in policies:
+        cfg = CONFIGS[preset].with_pocket(True, policy)
+        c = lockstep_campaign(cfg, preset, budget_s=300, examples=EXAMPLES)
+        assert not c.killed, f"false alarm on {preset}/{policy}: {c.kind}: {c.detail}"
+
+
+@pytest.mark.quality
+def test_no_false_alarm_induction() -> None:
+    for m in MUTANTS.values():
+        if m.layer == "model" and m.actions:
+            got = _induction_only(m)
+            assert all(v == "proved" for v in got.values()), (m.name, got)

@@ -1,0 +1,452 @@
+"""The seeded-bug (mutation) campaign: does the kit find realistic bugs, and how fast?
+
+Each mutant in `MUTANTS` is a named bug switched on without editing a source file
+(`kvpocket.model.mutants`: a set lookup in the implementation and in the model's page
+layer and programs, or `KVPOCKET_MUTANT=name`). For each one `run_mutants`:
+
+* runs the lockstep fuzz campaign (`ci` profile: derandomized, <= 60 examples) on a
+  preset where the bug is reachable, with the switch on in-process and always restored;
+  the failure's minimised trace is replayed to name the detector (`Divergence.kind`);
+* for a bug that corrupts KV data, runs a small paged-vs-dense attention scenario
+  (`impl/attention.py`) with the switch on and records whether it notices;
+* for a model-side mutant (the model's definition is wrong, so Z3 sees it too), runs
+  induction (initiation, consecution of the touched page actions, safety) on a small
+  configuration, then page-layer BMC within the remaining time budget ("unknown" when
+  it does not finish).
+
+A mutant is killed when some detector flags it. Output: a kill matrix (mutant x
+detector, with time-to-kill and shrunk trace length), "killed K of N", and a JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvpocket.model.config import KVConfig, PocketPolicy
+from kvpocket.model.mutants import enable
+
+from .presets import PRESETS, decode_config
+
+# Campaign configurations: the presets, plus one with room for a full pocket (3+ stale
+# blocks at once), which the presets' small GPU pools never reach.
+CONFIGS: dict[str, KVConfig] = {
+    **{name: p.config for name, p in PRESETS.items()},
+    "wide-pocket": decode_config(slots=(10, 4), blocks=12),
+}
+
+DETECTORS = ("invariant", "divergence", "crash", "data oracle", "attention", "z3")
+
+# Divergence.kind (see lockstep.py) -> detector.
+KIND_DETECTOR = {
+    "model invariant violated": "invariant",
+    "implementation invariant violated": "invariant",
+    "abstract states differ": "divergence",
+    "different outcomes": "divergence",
+    "different choices": "divergence",
+    "the model rejects the implementation's choice": "divergence",
+    "the model failed": "divergence",
+    "the implementation crashed": "crash",
+}
+
+
+def detector_of(kind: str) -> str:
+    if kind.startswith("data oracle"):
+        return "data oracle"
+    return KIND_DETECTOR.get(kind, "divergence")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    layer: str  # "impl" (the implementation is wrong) or "model" (the spec is wrong)
+    description: str
+    modelled_on: str
+    switch: str  # where the `mutants.active(name)` branch lives
+    preset: str  # lockstep campaign configuration (a `CONFIGS` name)
+    policy: str = "revalidate"
+    data: bool = False  # corrupts KV data: the attention check runs too
+    actions: tuple[str, ...] = ()  # model mutants: page actions whose consecution Z3 checks
+    prove_config: str = "gpu-host"  # model mutants: `prove.PROVE_CONFIGS` name
+
+    def config(self) -> KVConfig:
+        return CONFIGS[self.preset].with_pocket(True, PocketPolicy.parse(self.policy))
+
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    # ---- the implementation ------------------------------------------------------------
+    Mutant("pop-no-revalidate", "impl",
+           "pop takes a parked page's slot id without re-checking it is still a GPU slot",
+           "PR #16288 review finding (pocketed page evicted to host, slot id reused at GPU)",
+           "impl/kvcache.py KVCache._pop", "tiny", data=True),
+    Mutant("suspend-no-drain", "impl", "suspend() leaves the pocket full",
+           "PR #16288 claim 'drained on suspend()' + review nitpick (untested)",
+           "impl/kvcache.py KVCache.suspend", "tiny"),
+    Mutant("close-no-drain", "impl", "close() leaves the pocket full (parked pages leak)",
+           "PR #16288 claim 'drained on close()' + review nitpick (untested)",
+           "impl/kvcache.py KVCache.close", "tiny"),
+    Mutant("pocket-pop-not-rolled-back", "impl",
+           "the pocket is consumed on the OutOfPages path: a failed resize loses popped pages",
+           "PR #16288 claim 'consumed only on success paths so the OutOfPagesError revert is "
+           "unaffected' + review nitpick", "impl/kvcache.py KVCache._pop", "tiny"),
+    Mutant("pocket-no-capacity", "impl", "the pocket's capacity (2 per life cycle) is not enforced",
+           "PR #16288 '2 pages per life cycle' bound + review nitpick (untested)",
+           "impl/kvcache.py KVCache._parkable", "wide-pocket"),
+    Mutant("park-committed", "impl", "a committed (radix-tree) page is parked and its slot reused",
+           "PR #16288 'committed pages kept for prefix reuse are never touched'",
+           "impl/kvcache.py KVCache._parkable", "tiny"),
+    Mutant("park-while-committing", "impl",
+           "a stale block still needed for committing is orphaned and parked",
+           "PR #16288 'only when committing is disallowed'; PR #14478 stale-range holder",
+           "impl/kvcache.py KVCache._stale_transition, _parkable", "tiny"),
+    Mutant("migrate-no-wait", "impl",
+           "a migrated page's source slot is recycled without the copy's event",
+           "upstream §2.6 _batched_migrate (src slot released with the copy's ready event)",
+           "impl/storage.py Storage.migrate", "three-level", data=True),
+    Mutant("pop-slot-released-twice", "impl",
+           "the popped page keeps its slot id, so the slot is released while the new block uses it",
+           "upstream Slot double-release assertion (§1.1 / invariant 'slot owned once')",
+           "impl/kvcache.py KVCache._pop", "tiny", data=True),
+    Mutant("queue-stale-head", "impl",
+           "the eviction queue returns a stale (removed) head although live pages remain",
+           "upstream §4 latent defect: pop leaves an empty priority bucket in front",
+           "impl/eviction.py EvictionQueue.first", "two-level"),
+    Mutant("cascade-no-requeue", "impl",
+           "victims taken from a queue are not re-queued when a deeper level runs out",
+           "upstream §7 'Other records': _prepare_free_slots 'Do we need to revert the "
+           "eviction we did before? Maybe not.'", "impl/storage.py Storage.evict", "three-level"),
+    Mutant("stale-index-entry", "impl",
+           "an unlocked (stale) block stays mapped in the page-index table",
+           "upstream §3.3 resize: stale blocks get BAD_PAGE_INDEX (invariant 'index matches "
+           "locks')", "impl/kvcache.py KVCache._unlock", "tiny"),
+    Mutant("window-off-by-one", "impl",
+           "the window drops the +1: block b stale iff (b+1)t <= h - w",
+           "upstream §3.2 SWA window arithmetic (attention at position h sees [h+1-w, h])",
+           "impl/kvcache.py KVCache._stale_transition", "tiny"),
+    Mutant("suspend-not-evictable", "impl", "a suspended sequence's HELD pages are not queued",
+           "upstream §3.5 suspend (pages become evictable); PR #15931 host tier fills up",
+           "impl/kvcache.py KVCache.suspend", "tiny"),
+    Mutant("resume-no-wait", "impl",
+           "resume locks a page without waiting on its earlier users' events",
+           "found by this kit's lockstep: missing wait on resume for a reused prefix page",
+           "impl/kvcache.py KVCache._resume", "offset", data=True),
+    # ---- the model (the spec is wrong; Z3 sees the same definitions) --------------------
+    Mutant("model-pop-no-revalidate", "model",
+           "the spec's pop (revalidate) drops the 'parked page still valid' guard and check",
+           "PR #16288 review finding, as a spec bug (= the unsafe policy under revalidate)",
+           "model/pages.py g_pop, model/api.py pop_or_refuse", "tiny", actions=("pop",)),
+    Mutant("model-park-committed", "model", "the spec's park accepts a committed page",
+           "PR #16288 'committed pages kept for prefix reuse are never touched'",
+           "model/pages.py g_park", "tiny", actions=("park",)),
+    Mutant("model-pocket-no-capacity", "model", "the spec's park ignores the pocket capacity",
+           "PR #16288 '2 pages per life cycle' bound",
+           "model/pages.py g_park, model/api.py park_or_release", "wide-pocket",
+           actions=("park",)),
+    Mutant("model-drop-held", "model", "the spec lets the cascade drop a HELD queued page",
+           "PR #15931 / upstream §2.4: only DROPPABLE pages may be dropped (HELD ones migrate)",
+           "model/pages.py g_drop", "three-level", actions=("drop",)),
+    Mutant("model-window-off-by-one", "model", "the spec's window drops the +1",
+           "upstream §3.2 SWA window arithmetic", "model/api.py _stale", "tiny"),
+)}
+
+
+@dataclass
+class MutantResult:
+    name: str
+    layer: str
+    killed: bool = False
+    detectors: list[str] = field(default_factory=list)
+    seconds: float | None = None  # time to kill (first detector), None if not killed
+    trace_length: int | None = None  # shrunk lockstep trace
+    campaign: str = ""  # "killed: <kind>", "survived N examples", "budget exhausted"
+    attention: str = "n/a"  # "caught", "missed", "n/a"
+    z3: dict[str, str] = field(default_factory=dict)  # obligation -> status
+    trace: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "layer": self.layer, "killed": self.killed,
+                "detectors": self.detectors,
+                "seconds": None if self.seconds is None else round(self.seconds, 3),
+                "trace_length": self.trace_length, "campaign": self.campaign,
+                "attention": self.attention, "z3": self.z3, "trace": self.trace}
+
+
+class BudgetExhausted(BaseException):  # a BaseException: it passes through Hypothesis
+    """Raised from the progress hook to stop a campaign at its time budget."""
+
+
+# ---- the lockstep campaign ------------------------------------------------------------------
+
+
+@dataclass
+class CampaignOutcome:
+    killed: bool
+    kind: str
+    seconds: float
+    steps: int | None
+    trace: str | None
+    examples: int
+    detail: str = ""
+
+
+def lockstep_campaign(cfg: KVConfig, config_name: str, budget_s: float, examples: int = 60,
+                      out_dir: str | None = None) -> CampaignOutcome:
+    """The `ci` campaign on `cfg` with whatever mutants are switched on (in this process)."""
+    from .fuzz import CampaignSpec, run_worker
+    from .replay import replay
+    from .trace import read_trace
+
+    out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
+    spec = CampaignSpec(config_name, cfg, profile="ci", examples=examples, out_dir=out)
+    t0 = time.monotonic()
+
+    exhausted = False
+
+    def hook(_: int) -> None:
+        nonlocal exhausted
+        if time.monotonic() - t0 > budget_s:
+            exhausted = True
+            raise BudgetExhausted
+
+    try:
+        report = run_worker(spec, progress=hook)
+    except BudgetExhausted:
+        exhausted = True
+    seconds = time.monotonic() - t0
+    if exhausted:  # (Hypothesis may also report the interruption as a failure)
+        return CampaignOutcome(False, "", seconds, None, None, 0,
+                               f"budget of {budget_s:g} s exhausted")
+    if not report.failures:
+        return CampaignOutcome(False, "", seconds, None, None, report.examples,
+                               f"survived {report.examples} examples")
+    f = report.failures[0]
+    result = replay(read_trace(f.trace))
+    kind = result.kind if not result.ok else _kind_of(f.message)
+    return CampaignOutcome(True, kind, seconds, f.steps, f.trace, report.examples,
+                           f.message.splitlines()[0] if f.message else "")
+
+
+def _kind_of(message: str) -> str:
+    first = message.splitlines()[0] if message else ""
+    if first.startswith("step ") and ": " in first:
+        return first.split(": ", 1)[1]
+    return "the implementation crashed"
+
+
+# ---- the attention check --------------------------------------------------------------------
+
+
+def attention_scenario(cfg: KVConfig, steps: int = 24, head_dim: int = 4) -> bool:
+    """Two decoding sequences under eviction pressure, suspend and resume; paged SWA
+    attention through the page table must equal dense attention at every step.
+    True when a mismatch (or a crash while reading the table) is seen."""
+    import numpy as np
+    import torch
+
+    from kvpocket.impl import KVCacheManager
+    from kvpocket.impl.attention import AttentionOracle
+    from kvpocket.model.config import SeqStatus
+
+    t = cfg.tokens_per_block
+    mgr = KVCacheManager(cfg, slot_elems=2 * t * head_dim, dtype=np.float32)
+    att = AttentionOracle(mgr, head_dim=head_dim)
+    rng = np.random.default_rng(0)
+    try:
+        kvs = [mgr.create(i) for i in range(min(2, cfg.num_sequences))]
+        for kv in kvs:
+            kv.resume()
+            kv.stop_committing()
+        for h in range(min(steps, cfg.max_capacity - 1)):
+            for j, kv in enumerate(kvs):
+                if kv.status is not SeqStatus.ACTIVE and not kv.resume():
+                    continue
+                if not kv.resize(h + 1, h):
+                    continue
+                att.write(kv, list(range(h + 1)))  # the whole history: a reused slot is seen
+                q = rng.standard_normal(head_dim).astype(np.float32)
+                for lc in range(cfg.num_life_cycles):
+                    if not torch.allclose(att.paged(kv, lc, q), att.dense(kv, lc, q),
+                                          rtol=1e-4, atol=1e-4):
+                        return True
+                if (h + j) % 3 == 2:
+                    mgr.pressure(0, 0, 2)
+                if (h + j) % 5 == 4:
+                    kv.suspend()
+    except Exception:  # the scenario broke: the bug is visible, not to attention though
+        return False
+    return False
+
+
+# ---- Z3 ----------------------------------------------------------------------------------
+
+
+def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
+    """Induction (init, consecution of the touched actions, safety), then BMC in the
+    remaining budget. Statuses: proved / violated / unknown (timeout)."""
+    from kvpocket.model.state import Layout
+
+    from .bmc import bmc
+    from .logic import prove_config
+    from .prove import PROVE_CONFIGS
+
+    t0 = time.monotonic()
+    cfg = PROVE_CONFIGS[m.prove_config].config.with_pocket(True, PocketPolicy.parse(m.policy))
+    lay = Layout(cfg)
+    out: dict[str, str] = {}
+    if not m.actions:
+        out["induction"] = "n/a (API-layer definition)"
+        return out
+    for o in prove_config(lay, m.prove_config, actions=m.actions):
+        out[o.obligation] = o.status
+    left = budget_s - (time.monotonic() - t0)
+    if any(v == "violated" for v in out.values()) and left < 5:
+        return out
+    if left < 2:
+        out[f"bmc:page<={bmc_depth}"] = "unknown (no time left)"
+        return out
+    r = bmc(lay, "page", bmc_depth, timeout_ms=int(left * 1000))
+    status = {"violated": "violated", "proved": "proved"}.get(r.status, "unknown")
+    if status == "unknown":
+        status = f"unknown (timeout at depth {r.depth})"
+    out[f"bmc:page<={bmc_depth}"] = status
+    return out
+
+
+# ---- one mutant ---------------------------------------------------------------------------
+
+
+def run_mutant(m: Mutant, budget_s: float = 60.0, examples: int = 60, attention: bool = True,
+               z3: bool = True, bmc: bool = True, out_dir: str | None = None) -> MutantResult:
+    """Every detector on one mutant, with its switch on (restored afterwards)."""
+    res = MutantResult(m.name, m.layer)
+    t0 = time.monotonic()
+    with enable(m.name):
+        c = lockstep_campaign(m.config(), m.preset, budget_s, examples, out_dir)
+        res.campaign = f"killed: {c.kind}" if c.killed else c.detail
+        if c.killed:
+            res.detectors.append(detector_of(c.kind))
+            res.seconds, res.trace_length, res.trace = c.seconds, c.steps, c.trace
+        if attention and m.data:
+            caught = attention_scenario(m.config())
+            res.attention = "caught" if caught else "missed"
+            if caught:
+                res.detectors.append("attention")
+        if z3 and m.layer == "model":
+            z0 = time.monotonic()
+            left = max(1.0, budget_s - (z0 - t0)) if bmc else 0.0
+            res.z3 = z3_checks(m, left) if bmc else _induction_only(m)
+            if any(v == "violated" for v in res.z3.values()):
+                res.detectors.append("z3")
+                if res.seconds is None:
+                    res.seconds = time.monotonic() - z0
+    res.killed = bool(res.detectors)
+    return res
+
+
+def _induction_only(m: Mutant) -> dict[str, str]:
+    from kvpocket.model.state import Layout
+
+    from .logic import prove_config
+    from .prove import PROVE_CONFIGS
+
+    if not m.actions:
+        return {"induction": "n/a (API-layer definition)"}
+    cfg = PROVE_CONFIGS[m.prove_config].config.with_pocket(True, PocketPolicy.parse(m.policy))
+    return {o.obligation: o.status for o in prove_config(Layout(cfg), m.prove_config,
+                                                         actions=m.actions)}
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+
+def add_mutants_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--list", dest="list_only", action="store_true",
+                        help="list the mutants and exit")
+    parser.add_argument("--only", metavar="NAME", default=None,
+                        help="one mutant (see --list)")
+    parser.add_argument("--budget", metavar="SECONDS", type=float, default=60.0,
+                        help="time budget per mutant, campaign and Z3 together (default 60)")
+    parser.add_argument("--json", dest="json_path", metavar="FILE", default=None,
+                        help="write the kill matrix as JSON")
+
+
+def _usage_error(console: Any, message: str) -> int:
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    return 2
+
+
+def run_mutants(only: str | None, budget_s: float, json_path: str | None,
+                list_only: bool) -> int:
+    """Run the campaign; 0 when every mutant is killed, 1 when one survives, 2 on bad options."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if only is not None and only not in MUTANTS:
+        return _usage_error(console, f"--only: unknown mutant {only!r}; expected one of "
+                            + ", ".join(MUTANTS))
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not (
+            0 < budget_s <= 3600):
+        return _usage_error(console, f"--budget: expected seconds in (0, 3600], got {budget_s!r}")
+    if list_only:
+        table = Table(title="kvpocket mutants")
+        for col in ("mutant", "layer", "bug", "modelled on", "switch"):
+            table.add_column(col, overflow="fold")
+        for m in MUTANTS.values():
+            table.add_row(m.name, m.layer, m.description, m.modelled_on, m.switch)
+        console.print(table)
+        return 0
+    chosen = [MUTANTS[only]] if only else list(MUTANTS.values())
+    results: list[MutantResult] = []
+    t_all = time.monotonic()
+    for m in chosen:
+        console.print(f"[dim]mutant {m.name} ({m.layer}, {m.preset}/{m.policy})...[/dim]")
+        results.append(run_mutant(m, budget_s))
+    killed = sum(r.killed for r in results)
+    table = Table(title="kill matrix")
+    table.add_column("mutant")
+    for d in DETECTORS:
+        table.add_column(d, justify="center")
+    table.add_column("time-to-kill s", justify="right")
+    table.add_column("trace", justify="right")
+    for r in results:
+        marks = [_mark(r, d) for d in DETECTORS]
+        table.add_row(r.name if r.killed else f"[red]{r.name}[/red]", *marks,
+                      "-" if r.seconds is None else f"{r.seconds:.1f}",
+                      "-" if r.trace_length is None else str(r.trace_length))
+    console.print(table)
+    times = [r.seconds for r in results if r.seconds is not None]
+    lengths = [r.trace_length for r in results if r.trace_length is not None]
+    summary = f"killed {killed} of {len(results)}"
+    if times:
+        summary += (f"; time-to-kill median {statistics.median(times):.1f} s, worst "
+                    f"{max(times):.1f} s")
+    if lengths:
+        summary += f"; shrunk trace median {statistics.median(lengths):g}, worst {max(lengths)} steps"
+    console.print(summary + f"; total {time.monotonic() - t_all:.0f} s", highlight=False)
+    for r in results:
+        if not r.killed:
+            console.print(f"[red]survived:[/red] {r.name}: {r.campaign}; z3 {r.z3 or 'n/a'}")
+    if json_path:
+        data = {"killed": killed, "total": len(results),
+                "mutants": [r.to_json() for r in results]}
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(data, indent=2) + "\n")
+    return 0 if killed == len(results) else 1
+
+
+def _mark(r: MutantResult, detector: str) -> str:
+    if detector in r.detectors:
+        return "[green]killed[/green]"
+    if detector == "attention" and r.attention == "missed":
+        return "[yellow]missed[/yellow]"
+    if detector == "z3" and r.z3:
+        return "[yellow]" + ("n/a" if all(v.startswith("n/a") for v in r.z3.values())
+                             else "missed") + "[/yellow]"
+    return "."
