@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from .errors import (
     UnknownLevelError,
     UnknownSequenceError,
 )
+from .eventlog import EventLog
 from .eviction import VictimPolicy
 from .kvcache import KVCache
 from .storage import Storage
@@ -67,13 +69,15 @@ class KVCacheManager:
 
     `backend`: "numpy" | "cupy" | "auto" or a built `Backend`; `backend_options`
     go to its constructor (e.g. `eager=False` for a manually driven simulator).
-    `slot_elems` elements of `dtype` per slot (per page).
+    `slot_elems` elements of `dtype` per slot (per page). `event_log` (a path or a text
+    stream) writes one NDJSON event per API call for `kvpocket trace check`.
     """
 
     def __init__(
         self, cfg: KVConfig, backend: str | Backend = "numpy", *, slot_elems: int = 8,
         dtype: Any = np.int32, slot_policy: SlotPolicy | None = None,
         victim_policy: VictimPolicy | None = None, backend_options: dict[str, Any] | None = None,
+        event_log: str | Path | TextIO | None = None,
     ) -> None:
         if isinstance(slot_elems, bool) or not isinstance(slot_elems, int) or slot_elems < 1:
             raise CapacityError(f"slot_elems must be a positive int, got {slot_elems!r}")
@@ -87,6 +91,11 @@ class KVCacheManager:
         self.counters = CounterBook()
         self._choices: list[Choice] = []
         self._shut = False
+        # One NDJSON event per API call (`impl/eventlog.py`, docs/adapter-guide.md).
+        self.events: EventLog | None = None
+        if event_log is not None:
+            self.events = EventLog(event_log, self)
+            self.events.instrument_manager(self)
 
     # ---- policies (replaceable to force a trace's choices) ---------------------------
     @property
@@ -261,6 +270,8 @@ class KVCacheManager:
                                         if (level, g, s) not in owned]
         self._shut = True
         self.backend.close()
+        if self.events is not None:
+            self.events.close()
         if raise_on_leak and report:
             raise LeakError(str(report))
         return report

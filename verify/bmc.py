@@ -1,18 +1,18 @@
-"""Bounded model checking from Init, over API actions or over page actions.
+"""Bounded model checking from Init (or from the state after an API prefix).
 
 The transition relation of one step is built once as a template over state
 variables x (pre) and y (post), with one Boolean indicator per action
 instance; step i is the template with x, y, indicators and choice variables
-renamed to step i's copies (`z3.substitute`). The solver grows one step at a
-time and asks, with an assumption literal, whether an invariant can be
-broken (or a page-action guard violated inside an API program) after step k.
+renamed to step i's copies (`z3.substitute`). Each post variable is one
+if-then-else over only the actions that change it (`_frame`), so an action
+costs what it touches. The solver grows one step at a time (incremental) and
+asks, with an assumption literal, whether a safety invariant can be broken (or
+a page-action guard violated inside an API program) after step k.
 
-API layer: every API action of `model/api.py` except `commit` (it reads token
-content), with concrete arguments: `create(seq, prompt=())`, `resume`,
-`stop_committing`, `suspend`, `close` per sequence, `resize(seq, c, h)` for
-0 <= h <= c <= max capacity, `pressure(level, pool_group, n)` for 1 <= n <=
-slots at level, `advance(stream)`, plus the fault injections `fail_allocation`
-/ `fail_copy` (they set the flag `Model.fail_*` sets).
+API layer: the alphabet of `api_instances` (resize's capacity and history are
+symbolic: one instance for every value). Page layer: every page-action
+instance. Guards and effects are the model's own (`model/api.py`,
+`model/pages.py`) run by the symbolic executor.
 """
 
 from __future__ import annotations
@@ -26,20 +26,25 @@ import z3
 
 from kvpocket.model import api
 from kvpocket.model.config import NONE, KVConfig
+from kvpocket.model.executor import ScriptedChooser
 from kvpocket.model.invariants import INVARIANTS, Invariant
-from kvpocket.model.state import Layout
+from kvpocket.model.logic import Term
+from kvpocket.model.machine import Model
+from kvpocket.model.state import Layout, State
 
 from .solver import check, is_true
 from .symbolic import (
     SymbolicExecutor,
     effect_state,
-    equal_states,
     fix_state,
+    get_slot,
     guard_term,
     page_instances,
     run_api,
+    state_slots,
     symbolic_state,
 )
+from .trace import TraceStep
 from .z3ops import Z3OPS, Z3Term, lit, to_z3
 
 
@@ -51,27 +56,50 @@ def _fail_copy(ex: SymbolicExecutor) -> None:
     ex.s = replace(ex.s, fault_copy=True)
 
 
-def api_instances(cfg: KVConfig) -> list[tuple[str, dict[str, Any], Callable[..., None]]]:
-    """(name, arguments, program) for every API action instance BMC explores."""
-    out: list[tuple[str, dict[str, Any], Callable[..., None]]] = []
+@dataclass
+class ApiInstance:
+    """One API action of the BMC alphabet: fixed arguments plus symbolic ones.
+
+    `symbolic` names integer arguments left to the solver, with their range: one
+    instance stands for every value (resize's capacity and history), so the step
+    relation holds one copy of the program instead of one per argument tuple.
+    """
+
+    name: str
+    args: dict[str, Any]
+    program: Callable[..., None]
+    symbolic: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def api_instances(cfg: KVConfig) -> list[ApiInstance]:
+    """The API alphabet BMC explores, enumerated from the configuration.
+
+    Per sequence: `create(seq, prompt=())`, `resume`, `resize(seq, c, h)` with c and h
+    symbolic (0 <= h <= c <= max capacity; the model's own requires add h >= history),
+    `stop_committing`, `suspend`, `close`; then `pressure(level, pool_group, n)` for
+    1 <= n <= slots at the level, `advance(stream)` for every stream, and the fault
+    injections `fail_allocation` / `fail_copy`. `commit` is left out (it reads token
+    content, which stays concrete).
+    """
+    out: list[ApiInstance] = []
+    cap = cfg.max_capacity
     for q in range(cfg.num_sequences):
-        out.append(("create", {"seq": q, "prompt": ()}, api.create))
-        out.append(("resume", {"seq": q}, api.resume))
-        for c in range(cfg.max_capacity + 1):
-            for h in range(c + 1):
-                out.append(("resize", {"seq": q, "capacity": c, "history": h}, api.resize))
-        out.append(("stop_committing", {"seq": q}, api.stop_committing))
-        out.append(("suspend", {"seq": q}, api.suspend))
-        out.append(("close", {"seq": q}, api.close))
+        out.append(ApiInstance("create", {"seq": q, "prompt": ()}, api.create))
+        out.append(ApiInstance("resume", {"seq": q}, api.resume))
+        out.append(ApiInstance("resize", {"seq": q}, api.resize,
+                               {"capacity": (0, cap), "history": (0, cap)}))
+        out.append(ApiInstance("stop_committing", {"seq": q}, api.stop_committing))
+        out.append(ApiInstance("suspend", {"seq": q}, api.suspend))
+        out.append(ApiInstance("close", {"seq": q}, api.close))
     for lv, n in enumerate(cfg.slots_per_level):
         for pg in range(cfg.num_pool_groups):
             for k in range(1, n + 1):
-                out.append(("pressure", {"level": lv, "pool_group": pg, "slots": k},
-                            api.pressure))
+                out.append(ApiInstance("pressure", {"level": lv, "pool_group": pg, "slots": k},
+                                       api.pressure))
     for stream in range(cfg.num_sequences + 1):
-        out.append(("advance", {"stream": stream}, api.advance))
-    out.append(("fail_allocation", {}, _fail_allocation))
-    out.append(("fail_copy", {}, _fail_copy))
+        out.append(ApiInstance("advance", {"stream": stream}, api.advance))
+    out.append(ApiInstance("fail_allocation", {}, _fail_allocation))
+    out.append(ApiInstance("fail_copy", {}, _fail_copy))
     return out
 
 
@@ -109,43 +137,63 @@ def build_template(lay: Layout, layer: str) -> Template:
     parts: list[Z3Term] = []
     errors: list[Z3Term] = []
     fresh: list[Z3Term] = []
+    posts: list[tuple[Z3Term, State]] = []
     if layer == "api":
-        for j, (name, args, program) in enumerate(api_instances(lay.cfg)):
-            st = run_api(lay, x.state, program, name, args, prefix=f"c{j}")
+        for j, inst in enumerate(api_instances(lay.cfg)):
+            name = inst.name
+            sym = {k: z3.Int(f"c{j}.arg.{k}") for k in inst.symbolic}
+            ranges = [z3.And(lo <= v, v <= inst.symbolic[k][1]) for k, (lo, _) in
+                      zip(sym, inst.symbolic.values(), strict=True) for v in (sym[k],)]
+            args = {**inst.args, **sym}
+            st = run_api(lay, x.state, inst.program, name, args, prefix=f"c{j}")
             if st is None:
                 continue
             ind = z3.Bool(f"ind{j}.{name}")
             ta = TemplateAction(name, {k: list(v) if isinstance(v, tuple) else v
                                        for k, v in args.items()}, ind)
             ta.choices = [Choice(ch.kind, ch.value, ch.pc) for ch in st.choices]
+            fresh.extend(sym.values())
             fresh.extend(st.fresh)
-            body = Z3OPS.and_(st.enabled, *st.constraints, *equal_states(lay, y.state, st.post))
+            body = Z3OPS.and_(st.enabled, *ranges, *st.constraints)
             parts.append(z3.Implies(ind, to_z3(body)))
+            posts.append((ind, st.post))
             err = Z3OPS.or_(*(e for _, e in st.guard_errors))
             if lit(err) is not False:
                 errors.append(z3.And(ind, to_z3(err)))
             acts.append(ta)
     else:
-        for j, inst in enumerate(page_instances(lay)):
-            g = guard_term(lay, x.state, inst)
+        for j, pinst in enumerate(page_instances(lay)):
+            g = guard_term(lay, x.state, pinst)
             if lit(g) is False:
                 continue
-            ind = z3.Bool(f"ind{j}.{inst.action}")
-            post = effect_state(lay, x.state, inst)
-            parts.append(z3.Implies(ind, to_z3(Z3OPS.and_(g, *equal_states(lay, y.state, post)))))
-            acts.append(TemplateAction(inst.action, inst.param_dict, ind))
+            ind = z3.Bool(f"ind{j}.{pinst.action}")
+            parts.append(z3.Implies(ind, to_z3(g)))
+            posts.append((ind, effect_state(lay, x.state, pinst)))
+            acts.append(TemplateAction(pinst.action, pinst.param_dict, ind))
     inds = [a.indicator for a in acts]
-    relation = z3.And(z3.Or(*inds), z3.AtMost(*inds, 1), *parts)
+    relation = z3.And(z3.Or(*inds), z3.AtMost(*inds, 1), *parts,
+                      *_frame(lay, x.state, y.state, posts))
     guard_error = z3.Or(*errors) if errors else z3.BoolVal(False)
     return Template(layer, x, y, acts, relation, guard_error, fresh, time.perf_counter() - t0)
 
 
-@dataclass
-class TraceStep:
-    action: str
-    params: dict[str, Any]
-    layer: str
-    choices: list[tuple[str, int]]
+def _frame(lay: Layout, x: State, y: State, posts: list[tuple[Z3Term, State]]
+           ) -> list[Z3Term]:
+    """y == the post-state of the action taken, one equation per state variable.
+
+    Each variable's next value is an if-then-else over only the actions that change
+    it (the others keep it), so an action costs what it touches, not the whole state.
+    """
+    out: list[Z3Term] = []
+    for slot, _ in state_slots(lay):
+        xv, yv = get_slot(x, slot), get_slot(y, slot)
+        value: Term = xv
+        for ind, post in reversed(posts):
+            pv = get_slot(post, slot)
+            if pv is not xv:
+                value = Z3OPS.ite(ind, pv, value)
+        out.append(yv == to_z3(value))
+    return out
 
 
 @dataclass
@@ -172,15 +220,21 @@ def properties(layer: str) -> list[Invariant]:
 
 
 def bmc(lay: Layout, layer: str, depth: int, template: Template | None = None,
-        timeout_ms: int = 120_000) -> BmcResult:
-    """Search for the shortest run from Init (<= depth steps) that breaks an invariant."""
+        timeout_ms: int = 120_000, prefix: list[TraceStep] | None = None) -> BmcResult:
+    """Search for the shortest run (<= depth steps) that breaks an invariant.
+
+    The run starts in Init, or (API layer) in the concrete state after `prefix`, a list
+    of API steps replayed on the model; a trace found then starts with the prefix.
+    """
     tpl = template or build_template(lay, layer)
+    head = _record_prefix(lay, prefix) if prefix else []
+    init = start_state(lay, head) if head else lay.initial_state()
     t0 = time.perf_counter()
     props = properties(layer)
     policy = lay.cfg.pocket.policy.value
     solver = _incremental_solver(timeout_ms)
     states = [symbolic_state(lay, "s0")]
-    solver.add(*fix_state(states[0], lay.initial_state()))
+    solver.add(*fix_state(states[0], init))
     renames: list[list[tuple[Z3Term, Z3Term]]] = []
     errs: list[Z3Term] = []
     for k in range(depth + 1):
@@ -190,12 +244,12 @@ def bmc(lay: Layout, layer: str, depth: int, template: Template | None = None,
         solver.add(bad == z3.Or(to_z3(broken_now), errs[-1] if errs else z3.BoolVal(False)))
         r = check(solver, bad)
         if r.status == "sat":
-            steps = _decode(tpl, r.model, renames)
+            steps = head + _decode(tpl, r.model, renames)
             final = [i.name for i in props if is_true(r.model, Z3OPS.not_(
                 i.predicate(Z3OPS, lay, cur.state)))]
             if errs and is_true(r.model, errs[-1]):
                 final.append("page-action guard violated inside an API action")
-            return BmcResult(layer, policy, "violated", k, steps, final,
+            return BmcResult(layer, policy, "violated", len(steps), steps, final,
                              time.perf_counter() - t0, tpl.seconds)
         if r.status != "unsat":
             return BmcResult(layer, policy, "unknown", k, [], [], time.perf_counter() - t0,
@@ -218,16 +272,42 @@ def bmc(lay: Layout, layer: str, depth: int, template: Template | None = None,
 
 
 def _incremental_solver(timeout_ms: int) -> Any:
-    import os
-    kind = os.environ.get("KV_BMC_SOLVER", "default")
-    if kind == "tactic":
-        s = z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
-    elif kind == "lia":
-        s = z3.SolverFor("QF_LIA")
-    else:
-        s = z3.Solver()
+    s = z3.Solver()
     s.set("timeout", timeout_ms)
     return s
+
+
+def start_state(lay: Layout, prefix: list[TraceStep]) -> State:
+    """The concrete state after an API-level prefix (its recorded choices are replayed)."""
+    m = Model(lay.cfg)
+    for i, step in enumerate(prefix):
+        script: dict[str, list[int]] = {}
+        for kind, value in step.choices:
+            script.setdefault(kind, []).append(int(value))
+        m.chooser = ScriptedChooser(script)
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in step.params.items()}
+        m.call(step.action, params)
+        bad = m.violations("step")
+        if bad:
+            raise ValueError(f"BMC prefix step {i} ({step.action}) already breaks "
+                             + ", ".join(b.name for b in bad))
+    return m.state
+
+
+def _record_prefix(lay: Layout, prefix: list[TraceStep]) -> list[TraceStep]:
+    """The prefix with the model's choices filled in (the lowest legal ones when absent)."""
+    m = Model(lay.cfg)
+    out: list[TraceStep] = []
+    for step in prefix:
+        script: dict[str, list[int]] = {}
+        for kind, value in step.choices:
+            script.setdefault(kind, []).append(int(value))
+        m.chooser = ScriptedChooser(script)
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in step.params.items()}
+        m.call(step.action, params)
+        out.append(TraceStep(step.action, dict(step.params), "api",
+                             [c for c in m.last_choices if c[1] != NONE]))
+    return out
 
 
 def _decode(tpl: Template, model: Any, renames: list[list[tuple[Z3Term, Z3Term]]]
@@ -247,5 +327,7 @@ def _decode(tpl: Template, model: Any, renames: list[list[tuple[Z3Term, Z3Term]]
                 model.eval(sub(ch.value), model_completion=True).as_long())
             if v != NONE:
                 choices.append((ch.kind, v))
-        steps.append(TraceStep(act.name, dict(act.params), tpl.layer, choices))
+        params = {k: v if isinstance(v, int | list) else int(
+            model.eval(sub(v), model_completion=True).as_long()) for k, v in act.params.items()}
+        steps.append(TraceStep(act.name, params, tpl.layer, choices))
     return steps

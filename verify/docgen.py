@@ -7,6 +7,8 @@ so the docs cannot drift from the action table.
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -18,9 +20,72 @@ from .presets import DEFAULT_PRESET, preset
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
+PROOF_STATUS = DOCS / "proof-status.json"
+HELP_WIDTH = 96
+
+
+def proof_status() -> str:
+    """The committed `kvpocket prove --json` result, summarised per configuration."""
+    try:
+        data = json.loads(PROOF_STATUS.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        return f"(no proof status: cannot read {PROOF_STATUS.name}: {exc})"
+    rows: dict[str, dict[str, float]] = {}
+    open_rows: list[str] = []
+    for o in data.get("obligations", []):
+        r = rows.setdefault(o["config"], {"proved": 0, "violated": 0, "unknown": 0, "seconds": 0.0})
+        r[o["status"] if o["status"] in r else "unknown"] += 1
+        r["seconds"] += float(o["seconds"])
+        if o["status"] != "proved":
+            open_rows.append(f"| {o['config']} | {o['obligation']} | {o['status']} | "
+                             f"{o.get('detail', '')} |")
+    lines = ["| configuration / policy | obligations | proved | violated | unknown | seconds |",
+             "|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        total = int(r["proved"] + r["violated"] + r["unknown"])
+        lines.append(f"| {name} | {total} | {int(r['proved'])} | {int(r['violated'])} | "
+                     f"{int(r['unknown'])} | {r['seconds']:.1f} |")
+    n = sum(int(r["proved"] + r["violated"] + r["unknown"]) for r in rows.values())
+    proved = sum(int(r["proved"]) for r in rows.values())
+    lines += ["", f"{proved} of {n} obligations proved in {data.get('seconds', 0):.0f} s "
+              f"(from `docs/{PROOF_STATUS.name}`)."]
+    if open_rows:
+        lines += ["", "| configuration / policy | obligation | status | detail |",
+                  "|---|---|---|---|", *open_rows]
+    return "\n".join(lines)
+
+
+def _help(p: argparse.ArgumentParser) -> str:
+    p.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=HELP_WIDTH)
+    return p.format_help().rstrip()
+
+
+def _subcommands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def cli_reference() -> str:
+    """`kvpocket --help` and every subcommand's help, from `verify/cli.py: build_parser()`."""
+    from .cli import build_parser
+
+    root = build_parser()
+    root.prog = "kvpocket"
+    out = ["```text", _help(root), "```"]
+    for name, sub in _subcommands(root).items():
+        out += ["", f"### `kvpocket {name}`", "", "```text", _help(sub), "```"]
+        for sname, subsub in _subcommands(sub).items():
+            out += ["", f"#### `kvpocket {name} {sname}`", "", "```text", _help(subsub), "```"]
+    return "\n".join(out)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "page-life": lambda: "```mermaid\n" + mermaid_page_life() + "\n```",
     "spec-tables": lambda: markdown_tables(preset(DEFAULT_PRESET)),
+    "proof-status": proof_status,
+    "cli-reference": cli_reference,
 }
 
 

@@ -108,7 +108,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("migrate-no-wait", "impl",
            "a migrated page's source slot is recycled without the copy's event",
            "upstream §2.6 _batched_migrate (src slot released with the copy's ready event)",
-           "impl/storage.py Storage.migrate", "three-level", data=True),
+           "impl/storage.py Storage.migrate", "tiny", data=True),
     Mutant("pop-slot-released-twice", "impl",
            "the popped page keeps its slot id, so the slot is released while the new block uses it",
            "upstream Slot double-release assertion (§1.1 / invariant 'slot owned once')",

@@ -25,6 +25,7 @@ from .trace import Trace, TraceStep, write_trace
 POLICIES = ("revalidate", "pin", "unsafe")
 DEFAULT_POLICIES = ("revalidate", "pin")
 DEFAULT_DEPTH = 3
+DEFAULT_WORKERS = 2  # (configuration, policy) cells run in parallel processes
 
 
 class ProveUsageError(ValueError):
@@ -67,6 +68,8 @@ def add_prove_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pocket policy: revalidate|pin|unsafe (default: revalidate and pin)")
     parser.add_argument("--depth", type=int, default=DEFAULT_DEPTH,
                         help=f"BMC depth in page actions (default {DEFAULT_DEPTH}; 0 skips BMC)")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help=f"parallel processes (default {DEFAULT_WORKERS}; 1: in-process)")
     parser.add_argument("--json", dest="json_path", default=None, help="write results here")
     parser.add_argument("--out", default="prove-out", help="directory for counterexample traces")
 
@@ -92,7 +95,7 @@ class Row:
 
 
 def run_prove(config_name: str | None, policy: str | None, depth: int, json_path: str | None,
-              out_dir: str) -> int:
+              out_dir: str, workers: int = DEFAULT_WORKERS) -> int:
     """Run the matrix; 0 if everything is proved, 1 on a violation, 2 on bad options."""
     from rich.console import Console
     from rich.table import Table
@@ -108,25 +111,19 @@ def run_prove(config_name: str | None, policy: str | None, depth: int, json_path
     rows: list[Row] = []
     traces: list[str] = []
     t_all = time.perf_counter()
-    for name in names:
-        for pol in policies:
-            cfg = PROVE_CONFIGS[name].config.with_pocket(True, pol)
-            label = f"{name}/{pol}"
-            lay = Layout(cfg)
-            for o in prove_config(lay, label):
-                rows.append(Row(label, o.obligation, o.status, o.seconds, o.detail))
-                if o.cti is not None:
-                    console.print(o.cti.render(lay), markup=False, highlight=False)
-            if depth > 0:
-                r = bmc(lay, "page", depth)
-                rows.append(Row(label, f"bmc:page<= {depth}", _bmc_status(r), r.seconds
-                                + r.build_seconds, ", ".join(r.broken) or r.detail))
-                if r.status == VIOLATED:
-                    path = Path(out_dir) / f"bmc-{name}-{pol}-page.jsonl"
-                    write_bmc_trace(path, cfg, r)
-                    traces.append(str(path))
-                    console.print(f"counterexample trace ({len(r.steps)} steps, breaks "
-                                  f"{', '.join(r.broken)}): {path}")
+    jobs = [(name, pol, depth, out_dir) for name in names for pol in policies]
+    if len(jobs) > 1 and workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+            results = list(pool.map(_prove_one, jobs))  # in job order: deterministic output
+    else:
+        results = [_prove_one(job) for job in jobs]
+    for job_rows, texts, job_traces in results:
+        rows.extend(job_rows)
+        traces.extend(job_traces)
+        for text in texts:
+            console.print(text, markup=False, highlight=False)
     table = Table(title="kvpocket prove")
     for col in ("configuration", "obligation", "status", "seconds"):
         table.add_column(col)
@@ -148,6 +145,32 @@ def run_prove(config_name: str | None, policy: str | None, depth: int, json_path
         }
         Path(json_path).write_text(json.dumps(data, indent=2) + "\n")
     return 1 if any(r.status == VIOLATED for r in rows) else 0
+
+
+def _prove_one(job: tuple[str, str, int, str]) -> tuple[list[Row], list[str], list[str]]:
+    """One (configuration, policy) cell: induction, then page-level BMC (a worker process)."""
+    name, pol, depth, out_dir = job
+    cfg = PROVE_CONFIGS[name].config.with_pocket(True, pol)
+    label = f"{name}/{pol}"
+    lay = Layout(cfg)
+    rows: list[Row] = []
+    texts: list[str] = []
+    traces: list[str] = []
+    for o in prove_config(lay, label):
+        rows.append(Row(label, o.obligation, o.status, o.seconds, o.detail))
+        if o.cti is not None:
+            texts.append(o.cti.render(lay))
+    if depth > 0:
+        r = bmc(lay, "page", depth)
+        rows.append(Row(label, f"bmc:page<= {depth}", _bmc_status(r), r.seconds
+                        + r.build_seconds, ", ".join(r.broken) or r.detail))
+        if r.status == VIOLATED:
+            path = Path(out_dir) / f"bmc-{name}-{pol}-page.jsonl"
+            write_bmc_trace(path, cfg, r)
+            traces.append(str(path))
+            texts.append(f"counterexample trace ({len(r.steps)} steps, breaks "
+                         f"{', '.join(r.broken)}): {path}")
+    return rows, texts, traces
 
 
 def _bmc_status(r: BmcResult) -> str:

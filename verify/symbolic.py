@@ -231,6 +231,7 @@ class SymbolicExecutor:
         self._pcs: list[Term] = []
         self._open: list[int] = []
         self._whens = 0
+        self.raised_in: int | None = None  # the `when` whose body raised a UsageError
         self.failed: Term = False
         self.consumed_alloc: Term = False
         self.consumed_copy: Term = False
@@ -302,6 +303,12 @@ class SymbolicExecutor:
         self._open.append(n)
         try:
             yield None
+        except GeneratorExit:
+            # The body raised (a UsageError): the loop's generator is closed while the
+            # exception unwinds, before `run_api` can ask where it was raised.
+            if self.raised_in is None:
+                self.raised_in = n
+            raise
         finally:
             self._open.pop()
             if cond is not None:
@@ -339,7 +346,10 @@ class SymbolicExecutor:
         self.requires.append(self.ops.implies(self.pc(), cond))
 
     def in_when(self) -> int | None:
-        return self._open[-1] if self._open else None
+        """The innermost `when` body a UsageError was raised in (None: outside any)."""
+        if self._open:
+            return self._open[-1]
+        return self.raised_in
 
 
 def _elements(s: State) -> list[Term]:

@@ -25,10 +25,7 @@ EXAMPLES = 60
 
 # Known gaps: (mutant, why the ci campaign does not kill it). An entry here is a failing
 # (xfail) test, listed in `kvpocket mutants` as a survivor, never silently dropped.
-SURVIVORS = {
-    "pocket-no-capacity": "the ci campaigns never reach a full pocket (rare state 'pocket "
-                          "full' stays 0, even on wide-pocket); a directed trace is caught",
-}
+SURVIVORS: dict[str, str] = {}  # name -> why it survives; none today
 
 
 def _params() -> list[object]:
