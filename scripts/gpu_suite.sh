@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU suite: the gpu-marked implementation tests, then the decode A/B benchmark
-# (pocket off vs on) on the CuPy backend, in one go (budget: under 8 minutes).
+# GPU suite: the gpu-marked implementation tests, then the GPU benchmarks (decode A/B
+# pocket off vs on on CuPy, migration bandwidth, oracle throughput), in one go (under 8 min).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
@@ -12,13 +12,6 @@ mkdir -p "$OUT"
 print('gpu_available =', gpu_available()); sys.exit(0 if gpu_available() else 3)"
 timeout 300 "$PY" -m pytest tests/impl -m gpu -q -p no:cacheprovider -rs \
   --junitxml="$OUT/gpu-tests.xml"
-timeout 150 "$PY" - <<'PY' | tee "$OUT/gpu-bench.json"
-import json
-from kvpocket.impl.bench_decode import run_decode_bench
-res = {"numpy": run_decode_bench(num_seqs=256, steps=64, backend="numpy"),
-       "cupy": run_decode_bench(num_seqs=256, steps=64, backend="cupy")}
-print(json.dumps(res, indent=1))
-PY
 # Bench suite `gpu` (issue 7): decode A/B on CuPy, migration copy bandwidth against a
 # plain CuPy copy of the same bytes, data-oracle throughput; JSON and plots under $OUT.
 timeout 240 "$PY" -m kvpocket.verify.bench --suite gpu --json "$OUT/bench-gpu.json" \
