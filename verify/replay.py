@@ -28,16 +28,24 @@ class ReplayResult:
 
 
 class _ForcedSlots:
-    """Makes the implementation take the trace's recorded slots, in order."""
+    """Makes the implementation take the trace's recorded slots, in order.
+
+    A recorded slot the implementation's allocator cannot hand out (the model may pick
+    any free slot; the allocator issues never-used ids in ascending order) is skipped:
+    the implementation picks as usual and the model follows it, as in any lockstep step.
+    """
 
     def __init__(self, slots: list[int], fallback: Any) -> None:
         self.slots = slots
         self.fallback = fallback
 
     def choose(self, level: int, pool_group: int, candidates: Iterator[int]) -> int:
+        legal = list(candidates)
         if self.slots:
-            return self.slots.pop(0)
-        return int(self.fallback.choose(level, pool_group, candidates))
+            want = self.slots.pop(0)
+            if want in legal:
+                return want
+        return int(self.fallback.choose(level, pool_group, iter(legal)))
 
 
 def replay(trace: Trace, backend: str | None = None) -> ReplayResult:
