@@ -1,9 +1,13 @@
 """`kvpocket prove`: the matrix of Z3 obligations and its report.
 
 For each configuration of the default matrix (or the one named) and each pocket
-policy: Init => Inv, Inv and T => Inv' (per page action), Inv => Safe, and
-bounded model checking from Init to `depth` (page layer). Violations print a
-readable CTI or write a replayable trace file.
+policy: Init => Inv, Inv and T => Inv' (per page action), Inv => Safe. Bounded
+model checking runs where it is cheap and telling: page-level BMC from Init to
+`depth` on the configurations marked `page_bmc` (every configuration when one
+is named with --config), and API-level BMC from the park prefix (`PARK_PREFIX`:
+a page parked in the pocket, the state in which the unsafe policy breaks) on
+those marked `park_bmc`. Violations print a readable CTI or write a
+replayable trace file.
 """
 
 from __future__ import annotations
@@ -21,6 +25,17 @@ from kvpocket.model.state import Layout
 from .bmc import BmcResult, bmc
 from .logic import PROVED, UNKNOWN, VIOLATED, prove_config
 from .trace import Trace, TraceStep, write_trace
+
+# API steps from Init to a page parked in the pocket (SWA window 3, 2 tokens per block):
+# the unsafe policy breaks within PARK_DEPTH steps after them (pressure, then a pop).
+PARK_PREFIX: tuple[TraceStep, ...] = (
+    TraceStep("create", {"seq": 0, "prompt": []}),
+    TraceStep("resume", {"seq": 0}),
+    TraceStep("stop_committing", {"seq": 0}),
+    TraceStep("resize", {"seq": 0, "capacity": 4, "history": 2}),
+    TraceStep("resize", {"seq": 0, "capacity": 4, "history": 4}),
+)
+PARK_DEPTH = 2
 
 POLICIES = ("revalidate", "pin", "unsafe")
 DEFAULT_POLICIES = ("revalidate", "pin")
@@ -44,16 +59,20 @@ class ProveConfig:
     name: str
     description: str
     config: KVConfig
+    page_bmc: bool = False  # page-level BMC from Init in the default matrix
+    park_bmc: bool = False  # API-level BMC from PARK_PREFIX in the default matrix
+    cost: float = 1.0  # relative run time, to start the slow cells first
 
 
 PROVE_CONFIGS: dict[str, ProveConfig] = {c.name: c for c in (
     ProveConfig("gpu", "GPU only (3 slots), 1 sequence, SWA window 3, 3 blocks",
-                _cfg((3,))),
-    ProveConfig("gpu-host", "GPU + host (2 + 2 slots), 1 sequence", _cfg((2, 2))),
+                _cfg((3,)), page_bmc=True),
+    ProveConfig("gpu-host", "GPU + host (2 + 2 slots), 1 sequence", _cfg((2, 2)),
+                park_bmc=True, cost=2.0),
     ProveConfig("gpu-host-disk", "GPU + host + disk (2 + 1 + 1 slots), 1 sequence",
-                _cfg((2, 1, 1))),
+                _cfg((2, 1, 1)), cost=1.5),
     ProveConfig("gpu-host-2seq", "GPU + host (2 + 2 slots), 2 sequences, 2 blocks",
-                _cfg((2, 2), seqs=2, blocks=2)),
+                _cfg((2, 2), seqs=2, blocks=2), cost=3.0),
     ProveConfig("gpu-host-full", "GPU + host (2 + 1 slots), SWA + full attention, 1 sequence, "
                 "2 blocks", _cfg((2, 1), full=True, blocks=2)),
 )}
@@ -111,12 +130,16 @@ def run_prove(config_name: str | None, policy: str | None, depth: int, json_path
     rows: list[Row] = []
     traces: list[str] = []
     t_all = time.perf_counter()
-    jobs = [(name, pol, depth, out_dir) for name in names for pol in policies]
+    page_all = config_name is not None
+    jobs = [(name, pol, depth, out_dir, page_all) for name in names for pol in policies]
     if len(jobs) > 1 and workers > 1:
         from concurrent.futures import ProcessPoolExecutor
 
+        # Slowest cells first (better packing); results are put back in job order.
+        order = sorted(range(len(jobs)), key=lambda i: -PROVE_CONFIGS[jobs[i][0]].cost)
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-            results = list(pool.map(_prove_one, jobs))  # in job order: deterministic output
+            done = list(pool.map(_prove_one, [jobs[i] for i in order]))
+        results = [done[order.index(i)] for i in range(len(jobs))]
     else:
         results = [_prove_one(job) for job in jobs]
     for job_rows, texts, job_traces in results:
@@ -147,10 +170,12 @@ def run_prove(config_name: str | None, policy: str | None, depth: int, json_path
     return 1 if any(r.status == VIOLATED for r in rows) else 0
 
 
-def _prove_one(job: tuple[str, str, int, str]) -> tuple[list[Row], list[str], list[str]]:
-    """One (configuration, policy) cell: induction, then page-level BMC (a worker process)."""
-    name, pol, depth, out_dir = job
-    cfg = PROVE_CONFIGS[name].config.with_pocket(True, pol)
+def _prove_one(job: tuple[str, str, int, str, bool]
+               ) -> tuple[list[Row], list[str], list[str]]:
+    """One (configuration, policy) cell: induction, then BMC (a worker process)."""
+    name, pol, depth, out_dir, page_all = job
+    pc = PROVE_CONFIGS[name]
+    cfg = pc.config.with_pocket(True, pol)
     label = f"{name}/{pol}"
     lay = Layout(cfg)
     rows: list[Row] = []
@@ -160,12 +185,17 @@ def _prove_one(job: tuple[str, str, int, str]) -> tuple[list[Row], list[str], li
         rows.append(Row(label, o.obligation, o.status, o.seconds, o.detail))
         if o.cti is not None:
             texts.append(o.cti.render(lay))
-    if depth > 0:
-        r = bmc(lay, "page", depth)
-        rows.append(Row(label, f"bmc:page<= {depth}", _bmc_status(r), r.seconds
-                        + r.build_seconds, ", ".join(r.broken) or r.detail))
+    runs: list[tuple[str, str, BmcResult]] = []
+    if depth > 0 and (pc.page_bmc or page_all):
+        runs.append(("page", f"bmc:page<= {depth}", bmc(lay, "page", depth)))
+    if depth > 0 and pc.park_bmc:
+        r = bmc(lay, "api", PARK_DEPTH, prefix=list(PARK_PREFIX))
+        runs.append(("api", f"bmc:api<= {PARK_DEPTH} after park", r))
+    for layer, obligation, r in runs:
+        rows.append(Row(label, obligation, _bmc_status(r), r.seconds + r.build_seconds,
+                        ", ".join(r.broken) or r.detail))
         if r.status == VIOLATED:
-            path = Path(out_dir) / f"bmc-{name}-{pol}-page.jsonl"
+            path = Path(out_dir) / f"bmc-{name}-{pol}-{layer}.jsonl"
             write_bmc_trace(path, cfg, r)
             traces.append(str(path))
             texts.append(f"counterexample trace ({len(r.steps)} steps, breaks "

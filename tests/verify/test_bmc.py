@@ -9,18 +9,18 @@ import pytest
 from kvpocket.model.state import Layout
 from kvpocket.verify.bmc import api_instances, bmc, build_template
 from kvpocket.verify.lockstep import Divergence, Lockstep
-from kvpocket.verify.prove import PROVE_CONFIGS, write_bmc_trace
+from kvpocket.verify.prove import (
+    DEFAULT_MATRIX,
+    PARK_DEPTH,
+    PARK_PREFIX,
+    PROVE_CONFIGS,
+    write_bmc_trace,
+)
 from kvpocket.verify.replay import _ForcedSlots, replay
 from kvpocket.verify.trace import TraceStep, read_trace, replay_on_model
 
 # The first five steps of the migration-during-park scenario: a page is parked.
-PREFIX = [
-    TraceStep("create", {"seq": 0, "prompt": []}),
-    TraceStep("resume", {"seq": 0}),
-    TraceStep("stop_committing", {"seq": 0}),
-    TraceStep("resize", {"seq": 0, "capacity": 4, "history": 2}),
-    TraceStep("resize", {"seq": 0, "capacity": 4, "history": 4}),
-]
+PREFIX = list(PARK_PREFIX)
 
 
 def _lay(policy: str) -> Layout:
@@ -39,7 +39,7 @@ def test_api_alphabet_is_enumerated_from_the_config() -> None:
 
 def test_unsafe_counterexample_decodes_and_replays(tmp_path: Path) -> None:
     lay = _lay("unsafe")
-    r = bmc(lay, "api", 2, prefix=PREFIX)
+    r = bmc(lay, "api", PARK_DEPTH, prefix=PREFIX)
     assert r.status == "violated", r
     assert "popped_slots_valid" in r.broken
     assert len(r.steps) == 7 and r.steps[:5] == [
@@ -79,3 +79,12 @@ def test_safe_policies_are_clean_after_the_park(policy: str) -> None:
 def test_page_level_bmc_is_clean(policy: str) -> None:
     r = bmc(Layout(PROVE_CONFIGS["gpu"].config.with_pocket(True, policy)), "page", 3)
     assert r.status == "proved" and r.depth == 3, r
+
+
+def test_default_matrix_covers_levels_sequences_and_both_bmc_layers() -> None:
+    cfgs = [PROVE_CONFIGS[n] for n in DEFAULT_MATRIX]
+    assert {c.config.num_levels for c in cfgs} == {1, 2, 3}
+    assert {c.config.num_sequences for c in cfgs} == {1, 2}
+    assert any(c.page_bmc for c in cfgs) and any(c.park_bmc for c in cfgs)
+    # The park prefix is the one the unsafe counterexample above extends.
+    assert all(c.config.max_blocks * c.config.tokens_per_block >= 6 for c in cfgs if c.park_bmc)
