@@ -26,7 +26,6 @@ import z3
 
 from kvpocket.model import api
 from kvpocket.model.config import NONE, KVConfig
-from kvpocket.model.executor import ScriptedChooser
 from kvpocket.model.invariants import INVARIANTS, Invariant
 from kvpocket.model.logic import Term
 from kvpocket.model.machine import Model
@@ -44,7 +43,7 @@ from .symbolic import (
     state_slots,
     symbolic_state,
 )
-from .trace import TraceStep
+from .trace import TraceStep, run_api_step
 from .z3ops import Z3OPS, Z3Term, lit, to_z3
 
 
@@ -281,12 +280,7 @@ def start_state(lay: Layout, prefix: list[TraceStep]) -> State:
     """The concrete state after an API-level prefix (its recorded choices are replayed)."""
     m = Model(lay.cfg)
     for i, step in enumerate(prefix):
-        script: dict[str, list[int]] = {}
-        for kind, value in step.choices:
-            script.setdefault(kind, []).append(int(value))
-        m.chooser = ScriptedChooser(script)
-        params = {k: tuple(v) if isinstance(v, list) else v for k, v in step.params.items()}
-        m.call(step.action, params)
+        run_api_step(m, step)
         bad = m.violations("step")
         if bad:
             raise ValueError(f"BMC prefix step {i} ({step.action}) already breaks "
@@ -299,12 +293,7 @@ def _record_prefix(lay: Layout, prefix: list[TraceStep]) -> list[TraceStep]:
     m = Model(lay.cfg)
     out: list[TraceStep] = []
     for step in prefix:
-        script: dict[str, list[int]] = {}
-        for kind, value in step.choices:
-            script.setdefault(kind, []).append(int(value))
-        m.chooser = ScriptedChooser(script)
-        params = {k: tuple(v) if isinstance(v, list) else v for k, v in step.params.items()}
-        m.call(step.action, params)
+        run_api_step(m, step)
         out.append(TraceStep(step.action, dict(step.params), "api",
                              [c for c in m.last_choices if c[1] != NONE]))
     return out

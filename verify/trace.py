@@ -161,6 +161,19 @@ def _json(row: tuple[int, str], name: str) -> Any:
                          ) from None
 
 
+def run_api_step(model: Model, step: TraceStep) -> ScriptedChooser:
+    """Run one API-level step on the model with the step's recorded choices scripted;
+    returns the chooser, whose `script` holds any recorded choice left unused."""
+    script: dict[str, list[int]] = {}
+    for kind, value in step.choices:
+        script.setdefault(kind, []).append(int(value))
+    chooser = ScriptedChooser(script)
+    model.chooser = chooser
+    params = {k: tuple(v) if isinstance(v, list) else v for k, v in step.params.items()}
+    model.call(step.action, params)
+    return chooser
+
+
 def replay_on_model(trace: Trace) -> tuple[int, list[str]]:
     """Replay a trace on `Model`; (index of the first step after which an invariant is
     violated, their names), or (-1, []) when every step keeps every invariant.
@@ -175,16 +188,7 @@ def replay_on_model(trace: Trace) -> tuple[int, list[str]]:
             model.apply(step.action, **step.params)
             bad = model.violations("step")
         else:
-            script: dict[str, list[int]] = {}
-            for kind, value in step.choices:
-                script.setdefault(kind, []).append(value)
-            chooser = ScriptedChooser(script)
-            model.chooser = chooser
-            params = dict(step.params)
-            for key in ("prompt", "tokens"):
-                if isinstance(params.get(key), list):
-                    params[key] = tuple(params[key])
-            model.call(step.action, params)
+            chooser = run_api_step(model, step)
             left = {k: v for k, v in chooser.script.items() if v}
             if left:
                 raise TraceError(f"step {i} ({step.action}): recorded choices not used: {left}")
