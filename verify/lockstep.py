@@ -24,7 +24,7 @@ from kvpocket.model.machine import Model
 from kvpocket.model.state import State
 
 from .abstraction import abstract_impl, abstract_model, diff
-from .adapter import ALPHABET, Outcome, check_params, impl_outcome, model_outcome
+from .adapter import Outcome, check_params, impl_outcome, model_outcome
 
 UNUSED_ID_BASE = 1_000_000  # implementation id used for a model slot never created
 
@@ -279,8 +279,8 @@ class Lockstep:
             return
         if action == "create":
             self.written[seq] = kv.capacity  # the reused prefix's data is already there
-        self.written[seq] = min(self.written.get(seq, 0), kv.capacity) if action == "resize" \
-            and kv.capacity < self.written.get(seq, 0) else self.written.get(seq, 0)
+        # A shrink drops written blocks: positions past the capacity must be written again.
+        self.written[seq] = min(self.written.get(seq, 0), kv.capacity)
         if kv.status is not SeqStatus.ACTIVE:
             return
         start, end = self.written[seq], kv.capacity
@@ -346,7 +346,3 @@ def _traceback_tail(exc: BaseException, frames: int = 4) -> list[str]:
 
 def _fmt(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
-
-
-def names() -> list[str]:
-    return list(ALPHABET)
