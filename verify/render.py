@@ -36,6 +36,7 @@ class CampaignProgress:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self.show = show
+        self.multi = False
         self.steps = 0
         self.last = 0.0
         self.progress = Progress(
@@ -62,7 +63,9 @@ class CampaignProgress:
         self._refresh()
 
     def set_steps(self, steps: int) -> None:
+        """Several workers: only the shared step count is known here until they finish."""
         self.steps = steps
+        self.multi = True
         self._refresh()
 
     def _refresh(self, force: bool = False) -> None:
@@ -75,6 +78,11 @@ class CampaignProgress:
             return
         self.last = now
         rate = self.steps / max(now - self.start, 1e-9)
+        if self.multi:
+            self.progress.update(self.task, stats=(
+                f"steps {self.steps}  {rate:,.0f} steps/s  (per-worker examples, rare states "
+                "and failures in the table at the end)"))
+            return
         reached = sum(1 for v in STATS.rare.values() if v)
         failures = 1 if STATS.failure else 0
         self.progress.update(self.task, stats=(
