@@ -24,7 +24,7 @@ from .errors import (
 )
 from .executor import Executor
 from .logic import Term
-from .pages import pocket_size, pool_group, priority
+from .pages import pocket_size, pool_group, queue_head, still_valid
 from .state import State, status
 
 # ---- small derived terms -------------------------------------------------------------------
@@ -72,19 +72,8 @@ def _queue_head_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
         return lambda p: p == head
 
     def legal(p: int) -> Term:
-        same = [q for q in range(lay.pages) if q != p]
-        prio, stamp = priority(ops, lay, s.lc[p]), s.stamp[p]
-
-        def ahead(q: int) -> Term:
-            qp = priority(ops, lay, s.lc[q])
-            return ops.and_(
-                s.queued[q], ops.eq(s.level[q], level), ops.eq(pool_group(ops, lay, s.lc[q]), pg),
-                ops.or_(ops.lt(qp, prio), ops.and_(ops.eq(qp, prio), ops.lt(s.stamp[q], stamp))),
-            )
-        return ops.and_(
-            s.queued[p], ops.eq(s.level[p], level), ops.eq(pool_group(ops, lay, s.lc[p]), pg),
-            ops.not_(ops.or_(*(ahead(q) for q in same))),
-        )
+        return ops.and_(queue_head(ops, lay, s, p), ops.eq(s.level[p], level),
+                        ops.eq(pool_group(ops, lay, s.lc[p]), pg))
     return legal
 
 
@@ -299,11 +288,7 @@ def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:
     if lay.cfg.pocket.policy != PocketPolicy.REVALIDATE or mutants.active("model-pop-no-revalidate"):
         ex.do("pop", seq=seq, lc=lc, k=k, ordinal=o)
         return
-    valid = ops.and_(
-        ops.eq(ops.lookup(ex.s.level, page, -1), GPU_LEVEL),
-        ops.ne(ops.lookup(ex.s.slot, page, -1), -1),
-        ops.eq(ops.lookup(ex.s.dst_level, page, 0), NONE),
-    )
+    valid = still_valid(ops, ex.s, page)
     for _ in ex.when(valid):
         ex.do("pop", seq=seq, lc=lc, k=k, ordinal=o)
     for _ in ex.when(ops.not_(valid)):

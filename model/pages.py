@@ -524,7 +524,8 @@ def _pocket_page(ops: Ops, lay: Layout, s: State, p: Params) -> Term:
     return ops.lookup(s.pocket, lay.pocket_ix(ops, p["seq"], p["lc"], p["k"]), NONE)
 
 
-def _still_valid(ops: Ops, s: State, page: Term) -> Term:
+def still_valid(ops: Ops, s: State, page: Term) -> Term:
+    """A parked page can still serve a pop: alive, at GPU, with a slot, not migrating."""
     return ops.and_(
         ops.lookup(s.alive, page, False), ops.eq(ops.lookup(s.level, page, -1), GPU_LEVEL),
         has_slot(ops, s, page), ops.not_(moving(ops, s, page)),
@@ -542,7 +543,7 @@ def g_pop(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     ]
     if lay.cfg.pocket.policy != PocketPolicy.UNSAFE and not mutants.active("model-pop-no-revalidate"):
         conds.append(("parked page is still at GPU with a valid slot and not migrating",
-                      _still_valid(ops, s, page)))
+                      still_valid(ops, s, page)))
     return conds
 
 
@@ -558,7 +559,7 @@ def e_pop(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     hazard = ops.and_(ops.const(not waits), ops.ne(busy, IDLE), ops.ne(busy, seq))
     s = replace(
         s,
-        bad_pop=ops.or_(s.bad_pop, ops.not_(_still_valid(ops, s, page))),
+        bad_pop=ops.or_(s.bad_pop, ops.not_(still_valid(ops, s, page))),
         unsynced_reuse=ops.or_(s.unsynced_reuse, hazard),
         pocket=pocket_remove(ops, lay, s.pocket, seq, p["lc"], p["k"]),
         level=_set(ops, s.level, page, GPU_LEVEL),
