@@ -63,6 +63,16 @@ def _slot_is_free(ex: Executor, level: int, pg: Term) -> Callable[[int], Term]:
     return legal
 
 
+def _slot_twins(ex: Executor, level: int, pg: int) -> Callable[[int], tuple[Term, ...]]:
+    """Free slots of one level with the same outstanding work are interchangeable: nothing
+    else refers to a free slot. (A blind `unsafe` pop reads a host slot id as a GPU one,
+    but that pop already breaks `popped_slots_valid` whatever the ids: up to the first
+    violation, renaming the slots of a level is a symmetry of every run.)"""
+    def key(slot: int) -> tuple[Term, ...]:
+        return (ex.ops.lookup(ex.s.slot_busy, ex.lay.slot_ix(ex.ops, level, pg, slot), 0),)
+    return key
+
+
 def _queue_head_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
     ops, s, lay = ex.ops, ex.s, ex.lay
     if not ops.symbolic:  # the same predicate, evaluated once: LRU stamps are unique
@@ -138,7 +148,8 @@ def take_slot(ex: Executor, level: int, pg: int) -> Term:
     """One allocator call: a free slot at (level, pool group), or an (injected) failure."""
     for _ in ex.when(ex.s.fault_alloc):
         ex.fail("injected allocation failure", consumed="alloc")
-    slot = ex.choose("slot", range(ex.lay.slots_at(level)), _slot_is_free(ex, level, pg))
+    slot = ex.choose("slot", range(ex.lay.slots_at(level)), _slot_is_free(ex, level, pg),
+                     same=_slot_twins(ex, level, pg))
     for _ in ex.when(ex.ops.eq(slot, NONE)):
         ex.fail(f"no free slot at level {level}, pool group {pg}")
     return slot
@@ -158,7 +169,8 @@ def allocate_block(ex: Executor, seq: int, lc: int, o: int) -> None:
     """A new locked page for block (seq, lc, o) in a free GPU slot (room already made)."""
     ops, lay = ex.ops, ex.lay
     slot = take_slot(ex, GPU_LEVEL, lay.cfg.pool_group_of(lc))
-    page = ex.choose("page", range(lay.pages), lambda p: ops.not_(ex.s.alive[p]))
+    page = ex.choose("page", range(lay.pages), lambda p: ops.not_(ex.s.alive[p]),
+                     same=lambda p: ())
     for _ in ex.when(ops.eq(page, NONE)):
         ex.fail("no free page record")
     ex.do("allocate", page=page, seq=seq, lc=lc, ordinal=o, slot=slot)

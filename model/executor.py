@@ -5,6 +5,9 @@ with Python `if` on state; they use `ex.when(cond)` (a loop that runs its body
 zero or one time), `ex.choose(...)` for every nondeterministic pick, and
 `ex.fail(...)` for OutOfPages. `ConcreteExecutor` runs them on plain values;
 a symbolic executor (`kvpocket.verify`) unrolls the same programs for Z3.
+A choice may say which legal candidates are interchangeable (`same`: equal
+keys lead to states equal up to renaming); the concrete executor offers them
+all, a symbolic search may try only the lowest of each kind.
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ class Executor(Protocol):
     def do(self, action: str, **params: Term) -> None: ...
     def when(self, cond: Term) -> Iterable[None]: ...
     def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
-               label: Callable[[int], object] | None = None) -> Term: ...
+               label: Callable[[int], object] | None = None,
+               same: Callable[[int], tuple[Term, ...]] | None = None) -> Term: ...
     def fail(self, reason: str, consumed: str | None = None) -> None: ...
     def require(self, cond: Term, error: UsageError) -> None: ...
 
@@ -102,7 +106,8 @@ class ConcreteExecutor:
         return (None,) if cond else ()
 
     def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
-               label: Callable[[int], object] | None = None) -> Term:
+               label: Callable[[int], object] | None = None,
+               same: Callable[[int], tuple[Term, ...]] | None = None) -> Term:
         candidates = [x for x in domain if legal(x)]
         if not candidates:
             return -1

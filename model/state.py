@@ -187,12 +187,12 @@ class Layout:
 
 
 def _affine(ops: Ops, base: int, terms: list[tuple[Term, int]]) -> Term:
-    """base + sum(x * k) using only add (multiplication by a constant as repeated structure)."""
+    """base + sum(x * k): a flat index from coordinates."""
     if not ops.symbolic:
         return base + sum(int(x) * k for x, k in terms)
     acc: Term = ops.const(base)
     for x, k in terms:
-        acc = ops.add(acc, x * k)  # Z3 integer terms support * by a Python int
+        acc = ops.add(acc, ops.scale(x, k))
     return acc
 
 

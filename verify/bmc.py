@@ -1,18 +1,20 @@
 """Bounded model checking from Init (or from the state after an API prefix).
 
-The transition relation of one step is built once as a template over state
-variables x (pre) and y (post), with one Boolean indicator per action
-instance; step i is the template with x, y, indicators and choice variables
-renamed to step i's copies (`z3.substitute`). Each post variable is one
-if-then-else over only the actions that change it (`_frame`), so an action
-costs what it touches. The solver grows one step at a time (incremental) and
-asks, with an assumption literal, whether a safety invariant can be broken (or
-a page-action guard violated inside an API program) after step k.
+The run is unrolled one step at a time from its concrete start state, with
+one Boolean indicator per enabled action instance and step. Every action
+runs from its single definition (API programs through the symbolic executor,
+page actions through their guard and effect) on the state the steps before
+can reach: each variable of step k is a literal, or a fresh variable tagged
+with the values step k-1 can give it (`z3ops.tag`), so guards, lookups and
+stores fold on everything the run cannot have changed yet, and actions that
+cannot be enabled are left out. The solver is incremental; after each step it
+asks, with an assumption literal, whether a safety invariant can be broken
+(or a page-action guard violated inside an API action).
 
 API layer: the alphabet of `api_instances` (resize's capacity and history are
 symbolic: one instance for every value). Page layer: every page-action
-instance. Guards and effects are the model's own (`model/api.py`,
-`model/pages.py`) run by the symbolic executor.
+instance. A satisfying assignment decodes into the shared trace format, with
+the choices the API programs made.
 """
 
 from __future__ import annotations
@@ -31,20 +33,20 @@ from kvpocket.model.logic import Term
 from kvpocket.model.machine import Model
 from kvpocket.model.state import Layout, State
 
-from .solver import check, is_true
+from .solver import check, int_value, is_true
 from .symbolic import (
+    ChoiceRecord,
     SymbolicExecutor,
     effect_state,
-    fix_state,
     get_slot,
     guard_term,
     page_instances,
     run_api,
+    slot_name,
     state_slots,
-    symbolic_state,
 )
 from .trace import TraceStep, run_api_step
-from .z3ops import Z3OPS, Z3Term, lit, to_z3
+from .z3ops import Z3OPS, Z3Term, bitvectors, int_var, lit, tag, to_z3, values
 
 
 def _fail_allocation(ex: SymbolicExecutor) -> None:
@@ -103,96 +105,110 @@ def api_instances(cfg: KVConfig) -> list[ApiInstance]:
 
 
 @dataclass
-class Choice:
-    kind: str
-    value: Any
-    pc: Any
+class StepAction:
+    """One action instance enabled at one step: its indicator and what decodes it."""
 
-
-@dataclass
-class TemplateAction:
     name: str
-    params: dict[str, Any]
+    params: dict[str, Any]  # concrete values, or Z3 terms for symbolic arguments
     indicator: Z3Term
-    choices: list[Choice] = field(default_factory=list)
+    choices: list[ChoiceRecord] = field(default_factory=list)
 
 
 @dataclass
-class Template:
-    layer: str  # "api" or "page"
-    x: Any
-    y: Any
-    actions: list[TemplateAction]
-    relation: Z3Term
-    guard_error: Z3Term
-    fresh: list[Z3Term]  # choice variables to rename per step
-    seconds: float = 0.0
+class Step:
+    """Step k of the unrolling: the actions that may run and the state they lead to."""
+
+    actions: list[StepAction]
+    constraints: list[Z3Term]  # exactly one indicator; definitions of the step's variables
+    post: State
+    changed: Z3Term  # the post-state differs from the pre-state
+    guard_error: Z3Term  # a page-action guard fails inside the API action taken
+    page_actions: int  # the most page actions one of the step's actions runs
+    seconds: float
 
 
-def build_template(lay: Layout, layer: str) -> Template:
+def unroll_step(lay: Layout, layer: str, pre: State, k: int) -> Step:
+    """The actions of step k from `pre` (a state of literals and tagged variables).
+
+    Each action instance runs from `pre` (API programs through the symbolic executor,
+    page actions through their guard and effect); the ones that fold to disabled are
+    left out. The post-state is one fresh variable per changed element, tagged with
+    the values the enabled actions can give it, so the next step folds whatever
+    this one cannot change.
+    """
     t0 = time.perf_counter()
-    x, y = symbolic_state(lay, "x"), symbolic_state(lay, "y")
-    acts: list[TemplateAction] = []
+    acts: list[StepAction] = []
     parts: list[Z3Term] = []
     errors: list[Z3Term] = []
-    fresh: list[Z3Term] = []
     posts: list[tuple[Z3Term, State]] = []
+    longest = 1
     if layer == "api":
         for j, inst in enumerate(api_instances(lay.cfg)):
-            name = inst.name
-            sym = {k: z3.Int(f"c{j}.arg.{k}") for k in inst.symbolic}
-            ranges = [z3.And(lo <= v, v <= inst.symbolic[k][1]) for k, (lo, _) in
-                      zip(sym, inst.symbolic.values(), strict=True) for v in (sym[k],)]
-            args = {**inst.args, **sym}
-            st = run_api(lay, x.state, inst.program, name, args, prefix=f"c{j}")
+            args: dict[str, Any] = dict(inst.args)
+            ranges: list[Z3Term] = []
+            for name, (lo, hi) in inst.symbolic.items():
+                v = int_var(f"s{k}.c{j}.arg.{name}")
+                ranges.append(z3.And(lo <= v, v <= hi))  # global: the tag holds in every model
+                args[name] = tag(v, frozenset(range(lo, hi + 1)))
+            st = run_api(lay, pre, inst.program, inst.name, args, prefix=f"s{k}.c{j}",
+                         reduce_symmetry=True)
             if st is None:
                 continue
-            ind = z3.Bool(f"ind{j}.{name}")
-            ta = TemplateAction(name, {k: list(v) if isinstance(v, tuple) else v
-                                       for k, v in args.items()}, ind)
-            ta.choices = [Choice(ch.kind, ch.value, ch.pc) for ch in st.choices]
-            fresh.extend(sym.values())
-            fresh.extend(st.fresh)
-            body = Z3OPS.and_(st.enabled, *ranges, *st.constraints)
-            parts.append(z3.Implies(ind, to_z3(body)))
+            ind = z3.Bool(f"s{k}.ind{j}.{inst.name}")
+            parts.append(z3.Implies(ind, to_z3(st.enabled)))
+            parts.extend(ranges)
+            parts.extend(st.constraints)
             posts.append((ind, st.post))
             err = Z3OPS.or_(*(e for _, e in st.guard_errors))
             if lit(err) is not False:
                 errors.append(z3.And(ind, to_z3(err)))
-            acts.append(ta)
+            acts.append(StepAction(inst.name, args, ind, list(st.choices)))
+            longest = max(longest, len(st.steps))
     else:
         for j, pinst in enumerate(page_instances(lay)):
-            g = guard_term(lay, x.state, pinst)
+            g = guard_term(lay, pre, pinst)
             if lit(g) is False:
                 continue
-            ind = z3.Bool(f"ind{j}.{pinst.action}")
+            ind = z3.Bool(f"s{k}.ind{j}.{pinst.action}")
             parts.append(z3.Implies(ind, to_z3(g)))
-            posts.append((ind, effect_state(lay, x.state, pinst)))
-            acts.append(TemplateAction(pinst.action, pinst.param_dict, ind))
+            posts.append((ind, effect_state(lay, pre, pinst)))
+            acts.append(StepAction(pinst.action, pinst.param_dict, ind))
     inds = [a.indicator for a in acts]
-    relation = z3.And(z3.Or(*inds), z3.AtMost(*inds, 1), *parts,
-                      *_frame(lay, x.state, y.state, posts))
+    parts += [z3.Or(*inds), z3.AtMost(*inds, 1)] if inds else [z3.BoolVal(False)]
+    post = _next_state(lay, pre, posts, f"s{k + 1}", parts)
+    changed = Z3OPS.or_(*(Z3OPS.ne(get_slot(post, sl), get_slot(pre, sl))
+                          for sl, _ in state_slots(lay) if get_slot(post, sl) is not get_slot(pre, sl)))
     guard_error = z3.Or(*errors) if errors else z3.BoolVal(False)
-    return Template(layer, x, y, acts, relation, guard_error, fresh, time.perf_counter() - t0)
+    return Step(acts, parts, post, to_z3(changed), guard_error, longest,
+                time.perf_counter() - t0)
 
 
-def _frame(lay: Layout, x: State, y: State, posts: list[tuple[Z3Term, State]]
-           ) -> list[Z3Term]:
-    """y == the post-state of the action taken, one equation per state variable.
-
-    Each variable's next value is an if-then-else over only the actions that change
-    it (the others keep it), so an action costs what it touches, not the whole state.
-    """
-    out: list[Z3Term] = []
-    for slot, _ in state_slots(lay):
-        xv, yv = get_slot(x, slot), get_slot(y, slot)
-        value: Term = xv
+def _next_state(lay: Layout, pre: State, posts: list[tuple[Z3Term, State]], prefix: str,
+                out: list[Z3Term]) -> State:
+    """The state after the action taken: per element, an if-then-else over the actions that
+    change it, named by a fresh variable tagged with its possible values (a literal when
+    all actions agree)."""
+    changes: dict[str, Any] = {}
+    for slot, is_bool in state_slots(lay):
+        old = get_slot(pre, slot)
+        value: Term = old
         for ind, post in reversed(posts):
-            pv = get_slot(post, slot)
-            if pv is not xv:
-                value = Z3OPS.ite(ind, pv, value)
-        out.append(yv == to_z3(value))
-    return out
+            new = get_slot(post, slot)
+            if new is not old:
+                value = Z3OPS.ite(ind, new, value)
+        if value is old:
+            continue
+        if lit(value) is None:
+            var = (z3.Bool if is_bool else int_var)(f"{prefix}.{slot_name(slot)}")
+            out.append(var == value)
+            value = tag(var, values(value))
+        name, i = slot
+        if i is None:
+            changes[name] = value
+        else:
+            changes.setdefault(name, list(getattr(pre, name)))[i] = value
+    return replace(pre, **{n: tuple(v) if isinstance(v, list) else v
+                           for n, v in changes.items()})
 
 
 @dataclass
@@ -218,62 +234,70 @@ def properties(layer: str) -> list[Invariant]:
     return [i for i in INVARIANTS if i.scope == "step" and not i.aux]
 
 
-def bmc(lay: Layout, layer: str, depth: int, template: Template | None = None,
-        timeout_ms: int = 120_000, prefix: list[TraceStep] | None = None) -> BmcResult:
+INT_BITS = 12  # integers are signed 12-bit vectors in BMC; `_check_width` keeps it exact
+
+
+def bmc(lay: Layout, layer: str, depth: int, timeout_ms: int = 120_000,
+        prefix: list[TraceStep] | None = None) -> BmcResult:
     """Search for the shortest run (<= depth steps) that breaks an invariant.
 
     The run starts in Init, or (API layer) in the concrete state after `prefix`, a list
     of API steps replayed on the model; a trace found then starts with the prefix.
+    Steps are unrolled one at a time from the start state, so each step only encodes
+    what the steps before it can reach. Two reductions keep the search small without
+    losing a shortest counterexample: every step must change the state (a step that
+    does not could be cut out), and interchangeable choices (dead page records, free
+    slots with the same outstanding work) take the lowest candidate.
     """
-    tpl = template or build_template(lay, layer)
     head = _record_prefix(lay, prefix) if prefix else []
-    init = start_state(lay, head) if head else lay.initial_state()
-    t0 = time.perf_counter()
+    state = start_state(lay, head) if head else lay.initial_state()
     props = properties(layer)
     policy = lay.cfg.pocket.policy.value
-    solver = _incremental_solver(timeout_ms)
-    states = [symbolic_state(lay, "s0")]
-    solver.add(*fix_state(states[0], init))
-    renames: list[list[tuple[Z3Term, Z3Term]]] = []
-    errs: list[Z3Term] = []
-    for k in range(depth + 1):
-        cur = states[k]
-        bad = z3.Bool(f"bad{k}")
-        broken_now = Z3OPS.not_(Z3OPS.and_(*(i.predicate(Z3OPS, lay, cur.state) for i in props)))
-        solver.add(bad == z3.Or(to_z3(broken_now), errs[-1] if errs else z3.BoolVal(False)))
-        r = check(solver, bad)
-        if r.status == "sat":
-            steps = head + _decode(tpl, r.model, renames)
-            final = [i.name for i in props if is_true(r.model, Z3OPS.not_(
-                i.predicate(Z3OPS, lay, cur.state)))]
-            if errs and is_true(r.model, errs[-1]):
-                final.append("page-action guard violated inside an API action")
-            return BmcResult(layer, policy, "violated", len(steps), steps, final,
-                             time.perf_counter() - t0, tpl.seconds)
-        if r.status != "unsat":
-            return BmcResult(layer, policy, "unknown", k, [], [], time.perf_counter() - t0,
-                             tpl.seconds, r.reason)
-        solver.add(z3.Not(bad))
-        if k == depth:
-            break
-        nxt = symbolic_state(lay, f"s{k + 1}")
-        pairs: list[tuple[Z3Term, Z3Term]] = []
-        pairs += [(v, w) for (_, v), (_, w) in zip(tpl.x.vars, cur.vars, strict=True)]
-        pairs += [(v, w) for (_, v), (_, w) in zip(tpl.y.vars, nxt.vars, strict=True)]
-        pairs += [(a.indicator, z3.Bool(f"s{k}.{a.indicator}")) for a in tpl.actions]
-        pairs += [(v, z3.Const(f"s{k}.{v}", v.sort())) for v in tpl.fresh]
-        solver.add(z3.substitute(tpl.relation, *pairs))
-        errs.append(z3.substitute(tpl.guard_error, *pairs))
-        renames.append(pairs)
-        states.append(nxt)
-    return BmcResult(layer, policy, "proved", depth, [], [], time.perf_counter() - t0,
-                     tpl.seconds)
+    solver = z3.SolverFor("QF_BV")
+    solver.set("timeout", timeout_ms)
+    steps: list[Step] = []
+    solve = build = 0.0
+    clock_bound = int(state.clock)
+    with bitvectors(INT_BITS):
+        for k in range(depth + 1):
+            bad = z3.Bool(f"bad{k}")
+            broken_now = Z3OPS.not_(Z3OPS.and_(*(i.predicate(Z3OPS, lay, state) for i in props)))
+            err = steps[-1].guard_error if steps else z3.BoolVal(False)
+            solver.add(bad == z3.Or(to_z3(broken_now), err))
+            r = check(solver, bad)
+            solve += r.seconds
+            if r.status == "sat":
+                trace = head + _decode(layer, r.model, steps)
+                final = [i.name for i in props if is_true(r.model, Z3OPS.not_(
+                    i.predicate(Z3OPS, lay, state)))]
+                if steps and is_true(r.model, err):
+                    final.append("page-action guard violated inside an API action")
+                return BmcResult(layer, policy, "violated", len(trace), trace, final, solve,
+                                 build)
+            if r.status != "unsat":
+                return BmcResult(layer, policy, "unknown", k, [], [], solve, build, r.reason)
+            solver.add(z3.Not(bad))
+            if k == depth:
+                break
+            step = unroll_step(lay, layer, state, k)
+            clock_bound += step.page_actions  # each page action ticks the LRU clock once at most
+            _check_width(lay, clock_bound)
+            build += step.seconds
+            solver.add(*step.constraints)
+            solver.add(z3.Or(step.changed, step.guard_error))
+            steps.append(step)
+            state = step.post
+    return BmcResult(layer, policy, "proved", depth, [], [], solve, build)
 
 
-def _incremental_solver(timeout_ms: int) -> Any:
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    return s
+def _check_width(lay: Layout, clock_bound: int) -> None:
+    """Every value BMC can meet fits INT_BITS (so bit-vector arithmetic never wraps)."""
+    cfg = lay.cfg
+    largest = max(clock_bound, cfg.max_capacity, lay.pages, lay.total_slots, lay.seqs + 1,
+                  len(lay.initial_state().entry))
+    if largest >= 1 << (INT_BITS - 2):  # margin: sums and differences of two values
+        raise ValueError(f"BMC values up to {largest} do not fit {INT_BITS}-bit integers; "
+                         "use fewer steps or a smaller configuration")
 
 
 def start_state(lay: Layout, prefix: list[TraceStep]) -> State:
@@ -299,24 +323,18 @@ def _record_prefix(lay: Layout, prefix: list[TraceStep]) -> list[TraceStep]:
     return out
 
 
-def _decode(tpl: Template, model: Any, renames: list[list[tuple[Z3Term, Z3Term]]]
-            ) -> list[TraceStep]:
-    steps: list[TraceStep] = []
-    for pairs in renames:
-
-        def sub(t: Any, p: list[tuple[Z3Term, Z3Term]] = pairs) -> Any:
-            return z3.substitute(to_z3(t), *p)
-
-        act = next(a for a in tpl.actions if is_true(model, sub(a.indicator)))
+def _decode(layer: str, model: Any, steps: list[Step]) -> list[TraceStep]:
+    out: list[TraceStep] = []
+    for step in steps:
+        act = next(a for a in step.actions if is_true(model, a.indicator))
         choices: list[tuple[str, int]] = []
         for ch in act.choices:
-            if not is_true(model, sub(ch.pc)):
-                continue
-            v = ch.value if isinstance(ch.value, int) else int(
-                model.eval(sub(ch.value), model_completion=True).as_long())
-            if v != NONE:
-                choices.append((ch.kind, v))
-        params = {k: v if isinstance(v, int | list) else int(
-            model.eval(sub(v), model_completion=True).as_long()) for k, v in act.params.items()}
-        steps.append(TraceStep(act.name, params, tpl.layer, choices))
-    return steps
+            if is_true(model, ch.pc):
+                v = int_value(model, ch.value)
+                if v != NONE:
+                    choices.append((ch.kind, v))
+        params = {k: list(v) if isinstance(v, tuple) else
+                  v if isinstance(v, int | list) else int_value(model, v)
+                  for k, v in act.params.items()}
+        out.append(TraceStep(act.name, params, layer, choices))
+    return out

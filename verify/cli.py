@@ -183,7 +183,8 @@ def cmd_prove(args: argparse.Namespace) -> int:
     """Prove the page-layer invariants (induction) and run bounded model checking (Z3)."""
     from .prove import run_prove
 
-    return run_prove(args.config, args.policy, args.depth, args.json_path, args.out)
+    return run_prove(args.config, args.policy, args.depth, args.json_path, args.out,
+                     workers=args.workers, page_depth=args.page_depth)
 
 
 def _bench_args(p: argparse.ArgumentParser) -> None:

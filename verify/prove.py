@@ -2,12 +2,14 @@
 
 For each configuration of the default matrix (or the one named) and each pocket
 policy: Init => Inv, Inv and T => Inv' (per page action), Inv => Safe. Bounded
-model checking runs where it is cheap and telling: page-level BMC from Init to
-`depth` on the configurations marked `page_bmc` (every configuration when one
-is named with --config), and API-level BMC from the park prefix (`PARK_PREFIX`:
-a page parked in the pocket, the state in which the unsafe policy breaks) on
-those marked `park_bmc`. Violations print a readable CTI or write a
-replayable trace file.
+model checking from Init runs where it is cheap and telling: over the API
+actions on the configurations marked `api_bmc` (to `--depth`: 5 under the safe
+policies, 7 under `unsafe`, the depth of its migration-during-park
+counterexample), over the page actions on those marked `page_bmc` (every
+configuration when one is named with --config), and, under the safe policies,
+two API steps on from the park prefix (`PARK_PREFIX`: the state in which the
+unsafe policy breaks), which reaches depth 7 along that run. Violations print
+a readable CTI or write a replayable trace file.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from .logic import PROVED, UNKNOWN, VIOLATED, prove_config
 from .trace import Trace, TraceStep, write_trace
 
 # API steps from Init to a page parked in the pocket (SWA window 3, 2 tokens per block):
-# the unsafe policy breaks within PARK_DEPTH steps after them (pressure, then a pop).
+# the unsafe policy breaks within PARK_DEPTH steps after them (pressure, then a pop), at
+# depth 7 from Init, the depth BMC from Init finds under `unsafe`.
 PARK_PREFIX: tuple[TraceStep, ...] = (
     TraceStep("create", {"seq": 0, "prompt": []}),
     TraceStep("resume", {"seq": 0}),
@@ -39,7 +42,9 @@ PARK_DEPTH = 2
 
 POLICIES = ("revalidate", "pin", "unsafe")
 DEFAULT_POLICIES = ("revalidate", "pin")
-DEFAULT_DEPTH = 3
+DEFAULT_DEPTH = 5  # API-level BMC from Init under revalidate / pin
+UNSAFE_DEPTH = 7  # ... and under unsafe: the migration-during-park counterexample's depth
+DEFAULT_PAGE_DEPTH = 3
 DEFAULT_WORKERS = 2  # (configuration, policy) cells run in parallel processes
 
 
@@ -60,7 +65,7 @@ class ProveConfig:
     description: str
     config: KVConfig
     page_bmc: bool = False  # page-level BMC from Init in the default matrix
-    park_bmc: bool = False  # API-level BMC from PARK_PREFIX in the default matrix
+    api_bmc: bool = False  # API-level BMC from Init, and from PARK_PREFIX, in the matrix
     cost: float = 1.0  # relative run time, to start the slow cells first
 
 
@@ -68,7 +73,7 @@ PROVE_CONFIGS: dict[str, ProveConfig] = {c.name: c for c in (
     ProveConfig("gpu", "GPU only (3 slots), 1 sequence, SWA window 3, 3 blocks",
                 _cfg((3,)), page_bmc=True),
     ProveConfig("gpu-host", "GPU + host (2 + 2 slots), 1 sequence", _cfg((2, 2)),
-                park_bmc=True, cost=2.0),
+                api_bmc=True, cost=2.0),
     ProveConfig("gpu-host-disk", "GPU + host + disk (2 + 1 + 1 slots), 1 sequence",
                 _cfg((2, 1, 1)), cost=1.5),
     ProveConfig("gpu-host-2seq", "GPU + host (2 + 2 slots), 2 sequences, 2 blocks",
@@ -85,23 +90,28 @@ def add_prove_arguments(parser: argparse.ArgumentParser) -> None:
                         ", ".join(DEFAULT_MATRIX) + "); one of " + ", ".join(PROVE_CONFIGS))
     parser.add_argument("--policy", default=None,
                         help="pocket policy: revalidate|pin|unsafe (default: revalidate and pin)")
-    parser.add_argument("--depth", type=int, default=DEFAULT_DEPTH,
-                        help=f"BMC depth in page actions (default {DEFAULT_DEPTH}; 0 skips BMC)")
+    parser.add_argument("--depth", type=int, default=None,
+                        help=f"API-level BMC depth from Init (default {DEFAULT_DEPTH}; "
+                        f"{UNSAFE_DEPTH} under --policy unsafe; 0 skips BMC)")
+    parser.add_argument("--page-depth", type=int, default=DEFAULT_PAGE_DEPTH,
+                        help=f"page-level BMC depth (default {DEFAULT_PAGE_DEPTH}; 0 skips it)")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
                         help=f"parallel processes (default {DEFAULT_WORKERS}; 1: in-process)")
     parser.add_argument("--json", dest="json_path", default=None, help="write results here")
     parser.add_argument("--out", default="prove-out", help="directory for counterexample traces")
 
 
-def _validate(config_name: str | None, policy: str | None, depth: int) -> None:
+def _validate(config_name: str | None, policy: str | None, depth: int, page_depth: int
+              ) -> None:
     if config_name is not None and config_name not in PROVE_CONFIGS:
         raise ProveUsageError(f"--config: unknown configuration {config_name!r}; expected one "
                               "of " + ", ".join(PROVE_CONFIGS))
     if policy is not None and policy not in POLICIES:
         raise ProveUsageError(f"--policy: unknown policy {policy!r}; expected one of "
                               + ", ".join(POLICIES))
-    if not isinstance(depth, int) or depth < 0 or depth > 30:
-        raise ProveUsageError(f"--depth: expected an integer in [0, 30], got {depth!r}")
+    for flag, value in (("--depth", depth), ("--page-depth", page_depth)):
+        if not isinstance(value, int) or value < 0 or value > 30:
+            raise ProveUsageError(f"{flag}: expected an integer in [0, 30], got {value!r}")
 
 
 @dataclass
@@ -113,15 +123,21 @@ class Row:
     detail: str = ""
 
 
-def run_prove(config_name: str | None, policy: str | None, depth: int, json_path: str | None,
-              out_dir: str, workers: int = DEFAULT_WORKERS) -> int:
-    """Run the matrix; 0 if everything is proved, 1 on a violation, 2 on bad options."""
+def run_prove(config_name: str | None, policy: str | None, depth: int | None,
+              json_path: str | None, out_dir: str, workers: int = DEFAULT_WORKERS,
+              page_depth: int = DEFAULT_PAGE_DEPTH) -> int:
+    """Run the matrix; 0 if everything is proved, 1 on a violation, 2 on bad options.
+
+    `depth` None: DEFAULT_DEPTH, or UNSAFE_DEPTH under the unsafe policy.
+    """
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     try:
-        _validate(config_name, policy, depth)
+        if depth is None:
+            depth = UNSAFE_DEPTH if policy == "unsafe" else DEFAULT_DEPTH
+        _validate(config_name, policy, depth, page_depth)
     except ProveUsageError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
@@ -131,7 +147,8 @@ def run_prove(config_name: str | None, policy: str | None, depth: int, json_path
     traces: list[str] = []
     t_all = time.perf_counter()
     page_all = config_name is not None
-    jobs = [(name, pol, depth, out_dir, page_all) for name in names for pol in policies]
+    jobs = [(name, pol, depth, page_depth, out_dir, page_all) for name in names
+            for pol in policies]
     if len(jobs) > 1 and workers > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -170,10 +187,10 @@ def run_prove(config_name: str | None, policy: str | None, depth: int, json_path
     return 1 if any(r.status == VIOLATED for r in rows) else 0
 
 
-def _prove_one(job: tuple[str, str, int, str, bool]
+def _prove_one(job: tuple[str, str, int, int, str, bool]
                ) -> tuple[list[Row], list[str], list[str]]:
     """One (configuration, policy) cell: induction, then BMC (a worker process)."""
-    name, pol, depth, out_dir, page_all = job
+    name, pol, depth, page_depth, out_dir, page_all = job
     pc = PROVE_CONFIGS[name]
     cfg = pc.config.with_pocket(True, pol)
     label = f"{name}/{pol}"
@@ -186,11 +203,13 @@ def _prove_one(job: tuple[str, str, int, str, bool]
         if o.cti is not None:
             texts.append(o.cti.render(lay))
     runs: list[tuple[str, str, BmcResult]] = []
-    if depth > 0 and (pc.page_bmc or page_all):
-        runs.append(("page", f"bmc:page<= {depth}", bmc(lay, "page", depth)))
-    if depth > 0 and pc.park_bmc:
+    if page_depth > 0 and (pc.page_bmc or page_all):
+        runs.append(("page", f"bmc:page<= {page_depth}", bmc(lay, "page", page_depth)))
+    if depth > 0 and pc.api_bmc:
+        runs.append(("api", f"bmc:api<= {depth}", bmc(lay, "api", depth)))
+    if depth > 0 and pc.api_bmc and pol != "unsafe" and depth < len(PARK_PREFIX) + PARK_DEPTH:
         r = bmc(lay, "api", PARK_DEPTH, prefix=list(PARK_PREFIX))
-        runs.append(("api", f"bmc:api<= {PARK_DEPTH} after park", r))
+        runs.append(("api-park", f"bmc:api<= {PARK_DEPTH} after park", r))
     for layer, obligation, r in runs:
         rows.append(Row(label, obligation, _bmc_status(r), r.seconds + r.build_seconds,
                         ", ".join(r.broken) or r.detail))

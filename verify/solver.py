@@ -8,7 +8,7 @@ from typing import Any
 
 import z3
 
-from .z3ops import Z3Term, to_z3
+from .z3ops import Z3Term, py_int, to_z3
 
 DEFAULT_TIMEOUT_MS = 60_000
 
@@ -45,4 +45,4 @@ def is_true(model: Any, term: Z3Term) -> bool:
 def int_value(model: Any, term: Any) -> int:
     if isinstance(term, int):
         return term
-    return int(model.eval(term, model_completion=True).as_long())
+    return py_int(model.eval(term, model_completion=True))

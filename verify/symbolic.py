@@ -36,7 +36,7 @@ from kvpocket.model.logic import Term
 from kvpocket.model.pages import PAGE_ACTIONS, Params
 from kvpocket.model.state import Layout, State
 
-from .z3ops import Z3OPS, Z3Ops, Z3Term, lit, same, to_z3
+from .z3ops import Z3OPS, Z3Ops, Z3Term, int_var, lit, py_int, same, tag, to_z3, values
 
 CONCRETE_ONLY = ("tokens", "block_keys")
 ARRAY_FIELDS: tuple[str, ...] = tuple(
@@ -82,7 +82,7 @@ def symbolic_state(lay: Layout, prefix: str) -> SymState:
     out: list[tuple[Slot, Z3Term]] = []
     for slot, is_bool in state_slots(lay):
         name = f"{prefix}.{slot_name(slot)}"
-        v = z3.Bool(name) if is_bool else z3.Int(name)
+        v = z3.Bool(name) if is_bool else int_var(name)
         out.append((slot, v))
         if slot[1] is None:
             values[slot[0]] = v
@@ -145,7 +145,7 @@ def concrete_state(lay: Layout, model: Any, sym: SymState) -> State:
     arrays: dict[str, list[Any]] = {n: [] for n in ARRAY_FIELDS}
     for (name, i), v in sym.vars:
         val = model.eval(v, model_completion=True)
-        py: Any = bool(z3.is_true(val)) if z3.is_bool(v) else int(val.as_long())
+        py: Any = bool(z3.is_true(val)) if z3.is_bool(v) else py_int(val)
         if i is None:
             values[name] = py
         else:
@@ -222,8 +222,10 @@ class StepRecord:
 
 class SymbolicExecutor:
     def __init__(self, lay: Layout, state: State, prefix: str,
-                 skip_whens: frozenset[int] = frozenset()) -> None:
+                 skip_whens: frozenset[int] = frozenset(), reduce_symmetry: bool = False
+                 ) -> None:
         self.ops = Z3OPS
+        self.reduce_symmetry = reduce_symmetry  # interchangeable candidates: the lowest
         self.lay = lay
         self.s = state
         self.prefix = prefix
@@ -277,12 +279,15 @@ class SymbolicExecutor:
     def _atom(self, t: Term) -> Term:
         if lit(t) is not None or id(t) in self._atoms:
             return t
+        vals = values(t)
+        if vals is not None and len(vals) == 1:
+            return next(iter(vals))
         n = len(self.fresh)
-        v = (z3.Bool if z3.is_bool(t) else z3.Int)(f"{self.prefix}.t{n}")
+        v = (z3.Bool if z3.is_bool(t) else int_var)(f"{self.prefix}.t{n}")
         self.fresh.append(v)
         self.constraints.append(v == t)
         self._atoms[id(v)] = v
-        return v
+        return tag(v, vals)
 
     def when(self, cond: Term) -> Iterable[None]:
         n = self._whens
@@ -315,19 +320,23 @@ class SymbolicExecutor:
                 self._pcs.pop()
 
     def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
-               label: Callable[[int], object] | None = None) -> Term:
+               label: Callable[[int], object] | None = None,
+               same: Callable[[int], tuple[Term, ...]] | None = None) -> Term:
         pc = self.pc()
         conds = [(x, legal(x)) for x in domain]
         conds = [(x, c) for x, c in conds if lit(c) is not False]
         if not conds:
             return NONE
+        if same is not None and self.reduce_symmetry:
+            conds = _lowest(self.ops, conds, same)
         if len(conds) == 1 and lit(conds[0][1]) is True:
             self.choices.append(ChoiceRecord(kind, conds[0][0], pc))
             return conds[0][0]
-        v = z3.Int(f"{self.prefix}.choice{len(self.choices)}.{kind}")
+        v = int_var(f"{self.prefix}.choice{len(self.choices)}.{kind}")
         self.fresh.append(v)
         self._atoms[id(v)] = v
         none_legal = self.ops.not_(self.ops.or_(*(c for _, c in conds)))
+        tag(v, {x for x, _ in conds} | ({NONE} if lit(none_legal) is not False else set()))
         options = [self.ops.and_(v == x, c) for x, c in conds]
         self.constraints.append(z3.Or(*[to_z3(o) for o in options],
                                       to_z3(self.ops.and_(v == NONE, none_legal))))
@@ -350,6 +359,21 @@ class SymbolicExecutor:
         if self._open:
             return self._open[-1]
         return self.raised_in
+
+
+def _lowest(ops: Z3Ops, conds: list[tuple[int, Term]],
+            same: Callable[[int], tuple[Term, ...]]) -> list[tuple[int, Term]]:
+    """Each legal candidate only when no lower legal one is interchangeable with it."""
+    out: list[tuple[int, Term]] = []
+    for i, (x, c) in enumerate(conds):
+        key = same(x)
+        shadow = ops.or_(*(
+            ops.and_(cy, *(ops.eq(a, b) for a, b in zip(same(y), key, strict=True)))
+            for y, cy in conds[:i] if len(same(y)) == len(key)))
+        cx = ops.and_(c, ops.not_(shadow))
+        if lit(cx) is not False:
+            out.append((x, cx))
+    return out
 
 
 def _elements(s: State) -> list[Term]:
@@ -377,11 +401,12 @@ class ApiStep:
 
 
 def run_api(lay: Layout, pre: State, program: Callable[..., None], action: str,
-            args: dict[str, Any], prefix: str) -> ApiStep | None:
+            args: dict[str, Any], prefix: str, reduce_symmetry: bool = False
+            ) -> ApiStep | None:
     """Unroll `program(ex, **args)` from `pre`; None if it can never be enabled."""
     skip: frozenset[int] = frozenset()
     for _ in range(64):
-        ex = SymbolicExecutor(lay, pre, prefix, skip)
+        ex = SymbolicExecutor(lay, pre, prefix, skip, reduce_symmetry)
         try:
             program(ex, **args)
         except UsageError:

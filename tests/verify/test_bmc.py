@@ -6,14 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from kvpocket.model.machine import Model
 from kvpocket.model.state import Layout
-from kvpocket.verify.bmc import api_instances, bmc, build_template
+from kvpocket.verify.bmc import BmcResult, api_instances, bmc, unroll_step
 from kvpocket.verify.lockstep import Divergence, Lockstep
 from kvpocket.verify.prove import (
     DEFAULT_MATRIX,
     PARK_DEPTH,
     PARK_PREFIX,
     PROVE_CONFIGS,
+    UNSAFE_DEPTH,
     write_bmc_trace,
 )
 from kvpocket.verify.replay import _ForcedSlots, replay
@@ -32,28 +34,30 @@ def test_api_alphabet_is_enumerated_from_the_config() -> None:
     names = [i.name for i in api_instances(cfg)]
     assert names.count("resize") == 2 and names.count("close") == 2
     assert names.count("pressure") == 4 and names.count("advance") == 3
-    # `close` is explored (a UsageError inside a `when` body is negated, not fatal).
-    tpl = build_template(_lay("unsafe"), "api")
-    assert "close" in [a.name for a in tpl.actions]
-
-
-def test_unsafe_counterexample_decodes_and_replays(tmp_path: Path) -> None:
     lay = _lay("unsafe")
-    r = bmc(lay, "api", PARK_DEPTH, prefix=PREFIX)
-    assert r.status == "violated", r
-    assert "popped_slots_valid" in r.broken
-    assert len(r.steps) == 7 and r.steps[:5] == [
-        TraceStep(s.action, s.params, "api", s.choices) for s in r.steps[:5]]
-    assert [s.action for s in r.steps[5:]] == ["pressure", "resize"]
-    assert ("pocket", 0) in r.steps[6].choices  # the pop is a model choice in the trace
+    # From Init only `create` and the environment can act (the rest folds to disabled) ...
+    first = {a.name for a in unroll_step(lay, "api", lay.initial_state(), 0).actions}
+    assert "create" in first and not first & {"resume", "resize", "close", "suspend"}
+    # ... and once a sequence exists, `close` is explored (a UsageError inside a `when`
+    # body is negated into the enabling condition, not fatal).
+    m = Model(lay.cfg)
+    m.create(0)
+    assert "close" in {a.name for a in unroll_step(lay, "api", m.state, 1).actions}
+
+
+def _assert_replays(tmp_path: Path, r: BmcResult) -> None:
+    """The trace BMC wrote breaks the model at its last step and aliases a slot in the
+    implementation driven by the same calls and choices."""
+    lay = _lay("unsafe")
     path = write_bmc_trace(tmp_path / "bmc.jsonl", lay.cfg, r)
     trace = read_trace(path)
     assert trace.source == "bmc" and trace.extra["layer"] == "api"
+    last = len(trace.steps) - 1
     step, broken = replay_on_model(trace)
-    assert step == 6 and "popped_slots_valid" in broken
+    assert step == last and "popped_slots_valid" in broken
     # Implementation and model in lockstep: the model's invariant fires at the pop.
     res = replay(trace)
-    assert not res.ok and res.failed_step == 6, res
+    assert not res.ok and res.failed_step == last, res
     # The implementation itself aliases a slot after the same calls.
     ls = Lockstep(trace.config, eager=False)
     default = ls.impl.slot_policy
@@ -64,6 +68,34 @@ def test_unsafe_counterexample_decodes_and_replays(tmp_path: Path) -> None:
             ls.step(s.action, s.params)
     problems = ls.impl.check_invariants()
     assert any("slot" in p for p in problems), problems
+
+
+def test_unsafe_counterexample_from_init_at_its_minimal_depth(tmp_path: Path) -> None:
+    # Every depth below 7 is refuted first, so the trace found is a shortest one.
+    r = bmc(_lay("unsafe"), "api", UNSAFE_DEPTH, timeout_ms=600_000)
+    assert r.status == "violated" and len(r.steps) == UNSAFE_DEPTH == 7, r
+    assert {"popped_slots_valid", "slot_owned_once"} <= set(r.broken)
+    actions = [s.action for s in r.steps]
+    assert actions[0] == "create" and actions[-2:] == ["pressure", "resize"]
+    assert actions.count("resize") == 3 and "stop_committing" in actions
+    assert ("pocket", 0) in r.steps[-1].choices  # the pop is a model choice in the trace
+    _assert_replays(tmp_path, r)
+
+
+def test_unsafe_counterexample_from_the_park_prefix(tmp_path: Path) -> None:
+    r = bmc(_lay("unsafe"), "api", PARK_DEPTH, prefix=PREFIX)
+    assert r.status == "violated", r
+    assert "popped_slots_valid" in r.broken
+    assert len(r.steps) == 7 and r.steps[:5] == [
+        TraceStep(s.action, s.params, "api", s.choices) for s in r.steps[:5]]
+    assert [s.action for s in r.steps[5:]] == ["pressure", "resize"]
+    _assert_replays(tmp_path, r)
+
+
+@pytest.mark.parametrize("policy", ["revalidate", "pin"])
+def test_safe_policies_are_clean_from_init(policy: str) -> None:
+    r = bmc(_lay(policy), "api", 4)
+    assert r.status == "proved" and r.depth == 4, r
 
 
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])
@@ -85,6 +117,6 @@ def test_default_matrix_covers_levels_sequences_and_both_bmc_layers() -> None:
     cfgs = [PROVE_CONFIGS[n] for n in DEFAULT_MATRIX]
     assert {c.config.num_levels for c in cfgs} == {1, 2, 3}
     assert {c.config.num_sequences for c in cfgs} == {1, 2}
-    assert any(c.page_bmc for c in cfgs) and any(c.park_bmc for c in cfgs)
+    assert any(c.page_bmc for c in cfgs) and any(c.api_bmc for c in cfgs)
     # The park prefix is the one the unsafe counterexample above extends.
-    assert all(c.config.max_blocks * c.config.tokens_per_block >= 6 for c in cfgs if c.park_bmc)
+    assert all(c.config.max_blocks * c.config.tokens_per_block >= 6 for c in cfgs if c.api_bmc)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import z3
 from hypothesis import HealthCheck, given, settings
@@ -15,8 +17,16 @@ from kvpocket.model.logic import CONCRETE
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS, PageAction
 from kvpocket.model.state import Layout, State
-from kvpocket.verify.symbolic import Instance, equal_states, fix_state, page_instances, symbolic_state
-from kvpocket.verify.z3ops import Z3OPS, to_z3
+from kvpocket.verify.symbolic import (
+    Instance,
+    equal_states,
+    fix_state,
+    get_slot,
+    page_instances,
+    state_slots,
+    symbolic_state,
+)
+from kvpocket.verify.z3ops import Z3OPS, bitvectors, py_int, tag, to_z3
 
 CFG = KVConfig(tokens_per_block=2, life_cycles=(swa_life_cycle(window=3), full_life_cycle()),
                slots_per_level=(3, 2), num_sequences=2, max_blocks=3).with_pocket(True, "revalidate")
@@ -144,3 +154,59 @@ def test_agreement_check_detects_a_one_sided_change() -> None:
     assert agreement(pre, disabled, lay=LAY1) is None
     assert agreement(pre, disabled, z3_action=weak, lay=LAY1) is not None
     assert agreement(pre, disabled, py_action=weak, lay=LAY1) is not None
+
+
+# ---- the same, over variables tagged with value sets (how BMC folds) ----------------
+
+
+def _tagged_state(pre: State, rng: random.Random) -> tuple[State, list[Any]]:
+    """`pre` as fresh variables, each tagged with its value and some others."""
+    sym = symbolic_state(LAY, "t")
+    fixes: list[Any] = []
+    values_of: dict[str, Any] = {}
+    for (slot, var) in sym.vars:
+        v = get_slot(pre, slot)
+        if not isinstance(v, bool):
+            var = tag(var, {v, *rng.sample(range(0, 4), rng.randint(1, 2))})
+        fixes.append(to_z3(var) == to_z3(v))
+        name, i = slot
+        if i is None:
+            values_of[name] = var
+        else:
+            values_of.setdefault(name, []).append(var)
+    changes = {k: tuple(v) if isinstance(v, list) else v for k, v in values_of.items()}
+    return replace(pre, **changes), fixes
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(API_STEP, max_size=10), pick=st.integers(0, 10**9),
+       seed=st.integers(0, 2**16), bits=st.sampled_from([None, 12]))
+def test_guard_and_effect_over_tagged_variables_match_python(
+        steps: list[tuple[object, ...]], pick: int, seed: int, bits: int | None) -> None:
+    pre = reachable(steps)
+    inst = INSTANCES[pick % len(INSTANCES)]
+    a, params = PAGE_ACTIONS[inst.action], inst.param_dict
+    py_ok = all(ok for _, ok in a.guard(CONCRETE, LAY, pre, dict(params)))
+
+    def check() -> None:
+        sym, fixes = _tagged_state(pre, random.Random(seed))
+        guard = Z3OPS.and_(*(c for _, c in a.guard(Z3OPS, LAY, sym, dict(params))))
+        s = z3.Solver()
+        s.add(*fixes)
+        assert s.check() == z3.sat
+        m = s.model()
+        assert z3.is_true(m.eval(to_z3(guard), model_completion=True)) == py_ok, inst
+        if not py_ok:
+            return
+        post = a.effect(CONCRETE, LAY, pre, dict(params))
+        zpost = a.effect(Z3OPS, LAY, sym, dict(params))
+        for slot, is_bool in state_slots(LAY):
+            got = m.eval(to_z3(get_slot(zpost, slot)), model_completion=True)
+            value = z3.is_true(got) if is_bool else py_int(got)
+            assert value == get_slot(post, slot), (inst, slot)
+
+    if bits is None:
+        check()
+    else:
+        with bitvectors(bits):
+            check()
