@@ -189,7 +189,11 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
 
 def _prove_one(job: tuple[str, str, int, int, str, bool]
                ) -> tuple[list[Row], list[str], list[str]]:
-    """One (configuration, policy) cell: induction, then BMC (a worker process)."""
+    """One (configuration, policy) cell: induction and BMC (a worker process).
+
+    BMC runs first: its incremental search is the longest query here, and it is fastest
+    in a Z3 context that the induction queries have not filled yet.
+    """
     name, pol, depth, page_depth, out_dir, page_all = job
     pc = PROVE_CONFIGS[name]
     cfg = pc.config.with_pocket(True, pol)
@@ -198,18 +202,18 @@ def _prove_one(job: tuple[str, str, int, int, str, bool]
     rows: list[Row] = []
     texts: list[str] = []
     traces: list[str] = []
-    for o in prove_config(lay, label):
-        rows.append(Row(label, o.obligation, o.status, o.seconds, o.detail))
-        if o.cti is not None:
-            texts.append(o.cti.render(lay))
     runs: list[tuple[str, str, BmcResult]] = []
-    if page_depth > 0 and (pc.page_bmc or page_all):
-        runs.append(("page", f"bmc:page<= {page_depth}", bmc(lay, "page", page_depth)))
     if depth > 0 and pc.api_bmc:
         runs.append(("api", f"bmc:api<= {depth}", bmc(lay, "api", depth)))
     if depth > 0 and pc.api_bmc and pol != "unsafe" and depth < len(PARK_PREFIX) + PARK_DEPTH:
         r = bmc(lay, "api", PARK_DEPTH, prefix=list(PARK_PREFIX))
         runs.append(("api-park", f"bmc:api<= {PARK_DEPTH} after park", r))
+    if page_depth > 0 and (pc.page_bmc or page_all):
+        runs.insert(0, ("page", f"bmc:page<= {page_depth}", bmc(lay, "page", page_depth)))
+    for o in prove_config(lay, label):
+        rows.append(Row(label, o.obligation, o.status, o.seconds, o.detail))
+        if o.cti is not None:
+            texts.append(o.cti.render(lay))
     for layer, obligation, r in runs:
         rows.append(Row(label, obligation, _bmc_status(r), r.seconds + r.build_seconds,
                         ", ".join(r.broken) or r.detail))
