@@ -10,7 +10,7 @@ unrolled from its single definition:
   folds to False, unconditionally when it folds to True);
 * `do` applies guard + effect as ite(pc, effect, state) and records "guard
   false under pc" as a guard error;
-* `choose` returns a fresh Int constrained to a legal candidate, or NONE if
+* `choose` returns a fresh integer constrained to a legal candidate, or NONE if
   none is legal (the constraint goes to `constraints`);
 * `fail` marks OutOfPages under pc: later operations run under "not failed",
   and the step's post-state is the pre-state, less the injected fault the
@@ -242,7 +242,7 @@ class SymbolicExecutor:
         self.guard_errors: list[tuple[str, Term]] = []
         self.choices: list[ChoiceRecord] = []
         self.steps: list[StepRecord] = []
-        self.fresh: list[Z3Term] = []  # choice variables and cut-point variables
+        self._cuts = 0  # cut-point variables named so far
         self._atoms: dict[int, Z3Term] = {id(v): v for v in _elements(state)}
 
     def pc(self) -> Term:
@@ -282,9 +282,8 @@ class SymbolicExecutor:
         vals = values(t)
         if vals is not None and len(vals) == 1:
             return next(iter(vals))
-        n = len(self.fresh)
-        v = (z3.Bool if z3.is_bool(t) else int_var)(f"{self.prefix}.t{n}")
-        self.fresh.append(v)
+        v = (z3.Bool if z3.is_bool(t) else int_var)(f"{self.prefix}.t{self._cuts}")
+        self._cuts += 1
         self.constraints.append(v == t)
         self._atoms[id(v)] = v
         return tag(v, vals)
@@ -333,7 +332,6 @@ class SymbolicExecutor:
             self.choices.append(ChoiceRecord(kind, conds[0][0], pc))
             return conds[0][0]
         v = int_var(f"{self.prefix}.choice{len(self.choices)}.{kind}")
-        self.fresh.append(v)
         self._atoms[id(v)] = v
         none_legal = self.ops.not_(self.ops.or_(*(c for _, c in conds)))
         tag(v, {x for x, _ in conds} | ({NONE} if lit(none_legal) is not False else set()))
@@ -396,7 +394,6 @@ class ApiStep:
     guard_errors: list[tuple[str, Term]]
     choices: list[ChoiceRecord]
     constraints: list[Z3Term]
-    fresh: list[Z3Term]
     steps: list[StepRecord] = field(default_factory=list)
 
 
@@ -425,5 +422,5 @@ def run_api(lay: Layout, pre: State, program: Callable[..., None], action: str,
             fault_copy=ops.and_(pre.fault_copy, ops.not_(ex.consumed_copy)))
         post = merge(ops, ex.failed, rolled_back, ex.s)
         return ApiStep(action, args, enabled, post, ex.failed, ex.guard_errors, ex.choices,
-                       ex.constraints, ex.fresh, ex.steps)
+                       ex.constraints, ex.steps)
     raise RuntimeError(f"{action}{args}: too many usage errors inside `when` bodies")
