@@ -234,7 +234,7 @@ def properties(layer: str) -> list[Invariant]:
     return [i for i in INVARIANTS if i.scope == "step" and not i.aux]
 
 
-INT_BITS = 12  # integers are signed 12-bit vectors in BMC; `_check_width` keeps it exact
+INT_BITS = 12  # integers are signed 12-bit vectors in BMC; `_width_problem` keeps it exact
 
 
 def bmc(lay: Layout, layer: str, depth: int, timeout_ms: int = 120_000,
@@ -281,8 +281,10 @@ def bmc(lay: Layout, layer: str, depth: int, timeout_ms: int = 120_000,
                 break
             step = unroll_step(lay, layer, state, k)
             clock_bound += step.page_actions  # each page action ticks the LRU clock once at most
-            _check_width(lay, clock_bound)
             build += step.seconds
+            too_wide = _width_problem(lay, clock_bound)
+            if too_wide:
+                return BmcResult(layer, policy, "unknown", k, [], [], solve, build, too_wide)
             solver.add(*step.constraints)
             solver.add(z3.Or(step.changed, step.guard_error))
             steps.append(step)
@@ -290,14 +292,16 @@ def bmc(lay: Layout, layer: str, depth: int, timeout_ms: int = 120_000,
     return BmcResult(layer, policy, "proved", depth, [], [], solve, build)
 
 
-def _check_width(lay: Layout, clock_bound: int) -> None:
-    """Every value BMC can meet fits INT_BITS (so bit-vector arithmetic never wraps)."""
+def _width_problem(lay: Layout, clock_bound: int) -> str:
+    """Why some value BMC can meet might not fit INT_BITS ("" if all fit, so bit-vector
+    arithmetic never wraps); the search then stops as unknown rather than go unsound."""
     cfg = lay.cfg
     largest = max(clock_bound, cfg.max_capacity, lay.pages, lay.total_slots, lay.seqs + 1,
                   len(lay.initial_state().entry))
     if largest >= 1 << (INT_BITS - 2):  # margin: sums and differences of two values
-        raise ValueError(f"BMC values up to {largest} do not fit {INT_BITS}-bit integers; "
-                         "use fewer steps or a smaller configuration")
+        return (f"values up to {largest} do not fit {INT_BITS}-bit integers; use a smaller "
+                "--depth or configuration")
+    return ""
 
 
 def start_state(lay: Layout, prefix: list[TraceStep]) -> State:

@@ -217,6 +217,8 @@ def _prove_one(job: tuple[str, str, int, int, str, bool]
     for layer, obligation, r in runs:
         rows.append(Row(label, obligation, _bmc_status(r), r.seconds + r.build_seconds,
                         ", ".join(r.broken) or r.detail))
+        if r.status == "unknown" and r.detail:
+            texts.append(f"{label} {obligation}: unknown at depth {r.depth}: {r.detail}")
         if r.status == VIOLATED:
             path = Path(out_dir) / f"bmc-{name}-{pol}-{layer}.jsonl"
             write_bmc_trace(path, cfg, r)

@@ -120,3 +120,18 @@ def test_default_matrix_covers_levels_sequences_and_both_bmc_layers() -> None:
     assert any(c.page_bmc for c in cfgs) and any(c.api_bmc for c in cfgs)
     # The park prefix is the one the unsafe counterexample above extends.
     assert all(c.config.max_blocks * c.config.tokens_per_block >= 6 for c in cfgs if c.api_bmc)
+
+
+def test_values_too_wide_for_the_bit_vectors_stop_the_search_as_unknown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import kvpocket.verify.bmc as bmc_module
+
+    # 4-bit integers (3 for the values, with a margin) cannot hold capacity 6: the search
+    # stops with a reason after the first step instead of letting the arithmetic wrap.
+    monkeypatch.setattr(bmc_module, "INT_BITS", 4)
+    r = bmc(_lay("revalidate"), "api", 3)
+    assert r.status == "unknown" and r.depth == 0, r
+    assert "do not fit 4-bit integers" in r.detail and "--depth" in r.detail
+    monkeypatch.setattr(bmc_module, "INT_BITS", 12)
+    assert bmc(_lay("revalidate"), "api", 3).status == "proved"
+
