@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.stateful import get_state_machine_test
 
@@ -25,7 +24,7 @@ from kvpocket.model.config import KVConfig, PocketPolicy
 
 from .lockstep import RARE_STATES
 from .machine import STATS, machine_for
-from .profiles import PROFILES, hypothesis_settings
+from .profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
 from .replay import replay
 from .shrink import minimize
 from .trace import Trace, TraceStep
@@ -149,15 +148,14 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
             n = remaining if remaining is not None else profile.max_examples
         settings = hypothesis_settings(profile, max_examples=n, steps=spec.steps, database=db)
         test = get_state_machine_test(machine, settings=settings)
-        if not profile.derandomize and db is None:
-            # Hypothesis saves nothing to a database for a seeded test, so a shared
-            # database takes precedence over the seed (failures still replay from traces).
-            test = hypothesis_seed(spec.seed * 100_003 + batch_no)(test)
+        if not profile.derandomize:
+            test = seeded(test, spec.seed * 100_003 + batch_no)
         STATS.reset()
         STATS.on_step = progress
         failed: BaseException | None = None
         try:
-            test()
+            with only_the_seed():
+                test()
         except Exception as exc:  # a divergence (or a crash) that Hypothesis shrank
             failed = exc
         report.examples += STATS.examples

@@ -8,13 +8,23 @@ Every failure goes through the trace-level minimiser (`shrink.py`); only `fuzz`
 also runs Hypothesis's own shrinker first, which is thorough but can take
 minutes on a stateful test whose steps each run two KV-cache managers.
 gpu:  the CuPy backend; no deadline (first kernel launches compile).
+
+A campaign's examples depend on its seed alone: `seeded` keeps the example
+database that Hypothesis's `@seed` would switch off, and `only_the_seed` stops
+Hypothesis from mixing in constants collected from whatever modules the
+process happened to import (which made CI runs differ from local ones).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.internal.conjecture import providers
+from hypothesis.internal.constants_ast import Constants
 
 SUPPRESS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
@@ -52,3 +62,35 @@ def hypothesis_settings(profile: Profile, max_examples: int | None = None,
         + ([Phase.shrink] if profile.hypothesis_shrink else []),
         print_blob=False,
     )
+
+
+def seeded(test: Any, seed: int) -> Any:
+    """Draw `test`'s examples from `seed` and still save failures to its database.
+
+    Hypothesis's public `@seed` also switches the database off (it treats a seeded
+    run as a replay), but a campaign needs both: the same examples for the same seed
+    on a fresh database, and failures pooled for the other workers. So this sets only
+    the seed attribute that `@seed` sets; tests/lockstep/test_databases.py fails if a
+    Hypothesis release changes that.
+    """
+    test._hypothesis_internal_use_seed = seed
+    return test
+
+
+@contextmanager
+def only_the_seed() -> Iterator[None]:
+    """Generate from the seed alone: no constants harvested from loaded modules.
+
+    Hypothesis (6.13x on) sometimes draws an integer from the constants found in
+    every "local" module in `sys.modules`, so the same seed gave different examples
+    depending on which modules earlier tests had imported. The pool is empty while
+    the campaign runs and restored afterwards.
+    """
+    harvest = providers._get_local_constants
+    providers._get_local_constants = Constants
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = harvest
+        providers.CONSTANTS_CACHE.cache.clear()

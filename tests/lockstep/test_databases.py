@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import socket
 import subprocess
@@ -31,6 +32,30 @@ def test_two_workers_share_a_directory_database(tmp_path: Path) -> None:
     again = run_worker(CampaignSpec("tiny", UNSAFE, profile="dev", examples=60, seed=99,
                                     database=str(db), out_dir=str(tmp_path / "again")))
     assert again.failures and again.examples <= 3
+
+
+def test_a_seeded_campaign_with_a_database_is_reproducible(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same seed, fresh databases: the same examples, the same failure, and it is saved,
+    even when the process imported other code in between (Hypothesis harvests constants
+    from loaded modules unless the campaign stops it)."""
+    runs = []
+    for name in ("a", "b"):
+        if name == "b":
+            (tmp_path / "pool").mkdir()
+            (tmp_path / "pool" / "many_constants.py").write_text(
+                "".join(f"C{i} = {100 + 37 * i}\n" for i in range(64)))
+            monkeypatch.syspath_prepend(str(tmp_path / "pool"))
+            importlib.import_module("many_constants")
+        spec = CampaignSpec("tiny", UNSAFE, profile="dev", examples=60, seed=5,
+                            database=str(tmp_path / name / "db"), out_dir=str(tmp_path / name))
+        runs.append(run_worker(spec))
+        assert any(p.is_file() for p in (tmp_path / name / "db").rglob("*")), \
+            "the seeded campaign saved nothing to its database"
+    a, b = runs
+    assert a.failures and b.failures
+    assert (a.examples, a.steps) == (b.examples, b.steps)
+    assert Path(a.failures[0].trace).read_text() == Path(b.failures[0].trace).read_text()
 
 
 def _free_port() -> int:
@@ -63,7 +88,7 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
 def test_campaign_pools_failures_in_redis(redis_url: str, tmp_path: Path) -> None:
     import redis
 
-    spec = CampaignSpec("tiny", UNSAFE, profile="dev", examples=60, seed=2, database=redis_url,
+    spec = CampaignSpec("tiny", UNSAFE, profile="dev", examples=60, seed=5, database=redis_url,
                         out_dir=str(tmp_path))
     report = run_worker(spec)
     assert report.failures
