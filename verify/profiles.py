@@ -24,7 +24,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.internal.conjecture import providers
-from hypothesis.internal.constants_ast import Constants
 
 SUPPRESS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
@@ -84,13 +83,19 @@ def only_the_seed() -> Iterator[None]:
     Hypothesis (6.13x on) sometimes draws an integer from the constants found in
     every "local" module in `sys.modules`, so the same seed gave different examples
     depending on which modules earlier tests had imported. The pool is empty while
-    the campaign runs and restored afterwards.
+    the campaign runs and restored afterwards; a Hypothesis without the harvest
+    needs nothing.
     """
-    harvest = providers._get_local_constants
-    providers._get_local_constants = Constants
-    providers.CONSTANTS_CACHE.cache.clear()
+    harvest = getattr(providers, "_get_local_constants", None)
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
+    if harvest is None or cache is None:
+        yield
+        return
+    empty = type(harvest())  # the pool's own class, constructed empty
+    providers._get_local_constants = empty
+    cache.cache.clear()
     try:
         yield
     finally:
         providers._get_local_constants = harvest
-        providers.CONSTANTS_CACHE.cache.clear()
+        cache.cache.clear()
