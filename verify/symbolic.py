@@ -116,10 +116,6 @@ def equal_states(lay: Layout, a: State, b: State) -> list[Z3Term]:
     return out
 
 
-def state_differs(lay: Layout, a: State, b: State) -> Term:
-    return Z3OPS.or_(*(Z3OPS.not_(c) for c in equal_states(lay, a, b)))
-
-
 def merge(ops: Z3Ops, c: Term, a: State, b: State) -> State:
     """ite(c, a, b) field by field; untouched elements keep their identity."""
     v = lit(c)

@@ -82,12 +82,7 @@ def parse_trace(lines: Iterable[str], name: str = "trace") -> Trace:
                          "`kvpocket trace check`")
     steps = []
     for lineno, text in rows[1:]:
-        obj = _json((lineno, text), name)
-        if not isinstance(obj, dict):
-            raise TraceError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-        for key in ("action", "params"):
-            if key not in obj:
-                raise TraceError(f"{name}:{lineno}: missing field '{key}'")
+        obj = _step_object(lineno, text, name)
         layer = obj.get("layer", "api")
         params = obj.get("params", {})
         if layer not in ("api", "page"):
@@ -159,6 +154,17 @@ def _json(row: tuple[int, str], name: str) -> Any:
     except json.JSONDecodeError as exc:
         raise TraceError(f"{name}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
                          ) from None
+
+
+def _step_object(lineno: int, text: str, name: str) -> dict[str, Any]:
+    """One line of a trace or event log: a JSON object with `action` and `params`."""
+    obj = _json((lineno, text), name)
+    if not isinstance(obj, dict):
+        raise TraceError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    for key in ("action", "params"):
+        if key not in obj:
+            raise TraceError(f"{name}:{lineno}: missing field '{key}'")
+    return obj
 
 
 def run_api_step(model: Model, step: TraceStep) -> ScriptedChooser:
@@ -255,12 +261,7 @@ def _is_int(v: object) -> bool:
 
 def _event(lineno: int, text: str, name: str) -> Event:
     where = f"{name}:{lineno}"
-    obj = _json((lineno, text), name)
-    if not isinstance(obj, dict):
-        raise TraceError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    for key in ("action", "params"):
-        if key not in obj:
-            raise TraceError(f"{where}: missing field '{key}'")
+    obj = _step_object(lineno, text, name)
     action, params = obj["action"], obj["params"]
     if obj.get("layer", "api") != "api":
         raise TraceError(f"{where}: event logs hold API events only (layer \"api\")")
