@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from kvpocket.model.config import SeqStatus
 
 from . import errors as e
+from .snapshot import Where, choice_labels, page_locations
 
 if TYPE_CHECKING:
     from .kvcache import KVCache
@@ -42,8 +43,6 @@ ERROR_CATEGORY: dict[type[BaseException], str] = {
     e.CommitNotAllowedError: "commit",
     e.UnknownLevelError: "capacity",
 }
-
-Where = tuple[int, int, int]
 
 
 def error_category(exc: BaseException) -> str:
@@ -133,7 +132,7 @@ class EventLog:
     def call(self, action: str, params: dict[str, Any], seq: int | None,
              fn: Callable[[], Any]) -> Any:
         mgr = self._mgr
-        where = {p.pid: (p.level, p.group, p.slot) for p in mgr.storage.pages.values()}
+        where = page_locations(mgr)
         mgr._choices = []  # a call rejected before it starts records nothing
         event: dict[str, Any] = {"action": action, "params": params}
         try:
@@ -151,20 +150,8 @@ class EventLog:
         return value
 
     def _labels(self, where: dict[int, Where]) -> list[list[Any]]:
-        out: list[list[Any]] = []
-        for c in self._mgr.last_choices():
-            tag = c[0]
-            if tag == "alloc":
-                out.append(["slot", int(c[3])])
-            elif tag == "evict":
-                out.append(["victim", list(where.get(int(c[3]), (-1, -1, -1)))])
-            elif tag == "migrate":
-                pid = int(c[1])
-                if pid in where:
-                    where[pid] = (int(c[3]), where[pid][1], int(c[4]))
-            elif tag in ("pop", "refuse"):
-                out.append(["pocket", list(where.get(int(c[3]), (-1, -1, -1)))])
-        return out
+        return [[kind, list(label) if isinstance(label, tuple) else label]
+                for kind, label in choice_labels(self._mgr.last_choices(), where)]
 
     def _observe(self, seq: int | None) -> dict[str, Any]:
         mgr = self._mgr

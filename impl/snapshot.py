@@ -41,9 +41,12 @@ Choice record (`manager.last_choices()`): the tuples one API call made, in order
     ("pop", seq, lc, page_id)                    a parked page's slot reused
     ("refuse", seq, lc, page_id)                 a pop that failed revalidation
     ("fail", ExceptionClassName)                 last entry of a failed (rolled back) call
+    ("undone", *choice)                          made inside a nested attempt that was
+                                                 rolled back (a victim that found no room
+                                                 below and was dropped instead)
 
-Choices made inside a nested attempt that was rolled back (a victim that found
-no room below and was dropped instead) stay in the record, in order.
+`choice_labels` translates a record into the labelled choices the model makes: the
+model decides a nested attempt with `can_make_room` and never makes the undone ones.
 """
 
 from __future__ import annotations
@@ -53,6 +56,36 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .manager import KVCacheManager
     from .page import Page
+
+Where = tuple[int, int, int]  # (level, pool group, slot): the name both sides give a page
+
+
+def page_locations(mgr: KVCacheManager) -> dict[int, Where]:
+    """Where every live page sits now (call before the API call whose choices you label)."""
+    return {p.pid: (p.level, p.group, p.slot) for p in mgr.storage.pages.values()}
+
+
+def choice_labels(choices: list[tuple[Any, ...]], where: dict[int, Where]
+                  ) -> list[tuple[str, Any]]:
+    """The model-visible choices of one call's record, in order: ("slot", slot),
+    ("victim", where) and ("pocket", where), each page named by where it sat when chosen
+    (`where` holds the locations before the call and follows its migrations). Undone
+    choices, parks, drops and the failure marker are not choices the model makes."""
+    where = dict(where)
+    out: list[tuple[str, Any]] = []
+    for c in choices:
+        tag = c[0]
+        if tag == "alloc":
+            out.append(("slot", int(c[3])))
+        elif tag == "evict":
+            out.append(("victim", where.get(int(c[3]), (-1, -1, -1))))
+        elif tag == "migrate":
+            pid = int(c[1])
+            if pid in where:
+                where[pid] = (int(c[3]), where[pid][1], int(c[4]))
+        elif tag in ("pop", "refuse"):
+            out.append(("pocket", where.get(int(c[3]), (-1, -1, -1))))
+    return out
 
 
 def page_record(mgr: KVCacheManager, p: Page) -> dict[str, Any]:

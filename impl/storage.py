@@ -205,10 +205,10 @@ class Storage:
         sp = op.savepoint()
         try:
             self.make_room(level + 1, page.group, 1, op, seq)
-        except OutOfPagesError as exc:
+        except InjectedAllocationError:
+            raise  # the whole call fails: its choices so far were made, not undone
+        except OutOfPagesError:
             op.rollback_to(sp)
-            if isinstance(exc, InjectedAllocationError):
-                raise
             if page.holds == 0 and page.locks == 0:
                 self.drop(page, op, seq)
                 return

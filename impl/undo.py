@@ -61,19 +61,27 @@ class Op:
                 dict(self.counts.items), dict(self.fences))
 
     def rollback_to(
-        self, sp: tuple[int, int, int, dict[tuple[str, int | None], int], dict[int, Any]],
-        keep_choices: bool = True,
+        self, sp: tuple[int, int, int, dict[tuple[str, int | None], int], dict[int, Any]]
     ) -> None:
+        """Undo a nested attempt. Its choices stay in the record, marked ("undone", ...):
+        the model decides such an attempt up front and never makes them."""
         n_undo, n_def, n_choice, counts, fences = sp
-        while len(self.undo) > n_undo:
-            fn, args = self.undo.pop()
-            fn(*args)
+        self._undo_to(n_undo)
         del self.deferred[n_def:]
-        if not keep_choices:
-            del self.choices[n_choice:]
+        self.choices[n_choice:] = [("undone", *c) for c in self.choices[n_choice:]]
         self.counts.items.clear()
         self.counts.items.update(counts)
         self.fences = fences
 
     def rollback(self) -> None:
-        self.rollback_to((0, 0, 0, {}, {}))
+        """Undo the whole call. Its choices stay as made: the model, failing the same
+        call, makes the same ones before it fails."""
+        self._undo_to(0)
+        self.deferred.clear()
+        self.counts.items.clear()
+        self.fences = {}
+
+    def _undo_to(self, n_undo: int) -> None:
+        while len(self.undo) > n_undo:
+            fn, args = self.undo.pop()
+            fn(*args)

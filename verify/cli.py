@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
 from kvpocket.model.errors import UsageError
@@ -75,25 +76,56 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
                    help="print the page-life state diagram (Mermaid)")
 
 
-def _list_configs() -> None:
-    for p in PRESETS.values():
-        print(f"{p.name:12} {p.description}")
+MAX_STEPS = 500  # rules per example; more makes Hypothesis refuse the example as too large
+MAX_MINUTES = 7 * 24 * 60.0
+DEFAULT_MATRIX_MINUTES = 1.0
 
 
-def _positive_int(name: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise CliError(f"argument {name}: expected a positive integer, got {value}")
+def _positive_int(name: str, value: int | None, most: int | None = None) -> None:
+    if value is None:
+        return
+    if value < 1 or (most is not None and value > most):
+        allowed = f"an integer in [1, {most}]" if most is not None else "a positive integer"
+        raise CliError(f"argument {name}: expected {allowed}, got {value}")
+
+
+def _check_minutes(value: float | None) -> None:
+    if value is not None and not (0 < value <= MAX_MINUTES):  # also refuses nan and inf
+        raise CliError(f"argument --minutes: expected a number of minutes in (0, {MAX_MINUTES:g}], "
+                       f"got {value}")
+
+
+def _check_output(option: str, path: str | None) -> None:
+    """Refuse an output path that cannot be written before any work is done."""
+    if path is None:
+        return
+    p = Path(path)
+    if path == "" or p.is_dir():
+        raise CliError(f"argument {option}: {path!r} is not a file path")
+    parent = p.parent if str(p.parent) else Path(".")
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise CliError(f"argument {option}: cannot write {path} ({probe} is not a writable folder)")
 
 
 def _fuzz_args(p: argparse.ArgumentParser) -> None:
-    _add_config_options(p)
+    p.add_argument("--config", metavar="NAME",
+                   help="fuzz one preset instead of the default matrix (`--list-configs`)")
+    p.add_argument("--policy", metavar="POLICY",
+                   help="pocket policy: revalidate, pin or unsafe (with the matrix: every "
+                   "cell switched to it)")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--minutes", type=float, metavar="M", help="run for M minutes")
-    budget.add_argument("--examples", type=int, metavar="N", help="run N examples")
-    p.add_argument("--steps", type=int, metavar="S", help="max rules per example")
+    budget.add_argument("--minutes", type=float, metavar="M",
+                        help=f"time budget (default {DEFAULT_MATRIX_MINUTES:g} for the matrix)")
+    budget.add_argument("--examples", type=int, metavar="N",
+                        help="run N examples (with the matrix: N per cell)")
+    p.add_argument("--steps", type=int, metavar="S", help=f"max rules per example (1..{MAX_STEPS})")
     p.add_argument("--seed", type=int, default=0, metavar="X", help="campaign seed (default 0)")
     p.add_argument("--backend", default="numpy", metavar="B", help="numpy (default) or cupy")
-    p.add_argument("--workers", type=int, default=1, metavar="K", help="worker processes")
+    p.add_argument("--workers", type=int, default=None, metavar="K",
+                   help="worker processes (default: the matrix uses every core, --config one)")
     p.add_argument("--database", metavar="DIR|redis://...",
                    help="shared Hypothesis example database (directory or Redis URL)")
     p.add_argument("--profile", default=None, metavar="P",
@@ -101,13 +133,28 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the campaign report as JSON")
     p.add_argument("--out", default="kvpocket-out", metavar="DIR",
                    help="where failure traces and reproducers go (default kvpocket-out)")
-    p.add_argument("--list-configs", action="store_true", help="list the preset configurations")
+    p.add_argument("--keep-going", action="store_true",
+                   help="matrix: keep fuzzing the other cells after a failure")
+    p.add_argument("--verbose", action="store_true", help="matrix: also the rare-state table")
+    p.add_argument("--list-configs", action="store_true",
+                   help="list the preset configurations and the default matrix")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
 
 
+def _list_configs() -> None:
+    from .matrix import DEFAULT_MATRIX
+
+    for p in PRESETS.values():
+        print(f"{p.name:12} {p.description}")
+    print("\ndefault matrix (`kvpocket fuzz` with no --config):")
+    for c in DEFAULT_MATRIX:
+        print(f"  {c.name:24} {c.reaches}")
+
+
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    """Run a lockstep fuzz campaign: implementation against the model."""
-    from .fuzz import CampaignSpec, run_campaign, write_json
+    """Run a lockstep fuzz campaign: implementation against the model (by default the
+    matrix of configurations and policies that reaches every hazard)."""
+    from .fuzz import CampaignSpec, CampaignUsageError, run_campaign, write_json
     from .profiles import PROFILES
     from .render import print_campaign
 
@@ -117,22 +164,39 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if profile not in PROFILES:
         raise CliError(f"argument --profile: expected one of {', '.join(PROFILES)}, "
                        f"got {profile!r}")
-    _positive_int("--examples", args.examples)
-    _positive_int("--steps", args.steps)
-    _positive_int("--workers", args.workers)
-    if args.minutes is not None and args.minutes <= 0:
-        raise CliError(f"argument --minutes: expected a positive number, got {args.minutes}")
-    if args.backend == "cupy":
+    cores = os.cpu_count() or 1
+    _positive_int("--examples", args.examples, 10_000_000)
+    _positive_int("--steps", args.steps, MAX_STEPS)
+    _positive_int("--workers", args.workers, 4 * cores)
+    _check_minutes(args.minutes)
+    if not 0 <= args.seed < 2**63:
+        raise CliError(f"argument --seed: expected an integer in [0, 2**63), got {args.seed}")
+    if args.database is not None and (args.database == "" or (
+            "://" in args.database and not args.database.startswith("redis://"))):
+        raise CliError(f"argument --database: expected a directory or redis://host:port/db, "
+                       f"got {args.database!r}")
+    _check_output("--json", args.json)
+    if args.policy is not None:
+        PocketPolicy.parse(args.policy, "--policy")
+    backend = PROFILES[profile].backend if args.profile and args.backend == "numpy" \
+        else args.backend
+    if backend == "cupy":
         from kvpocket.impl.backend import gpu_available
 
         if not gpu_available():
-            raise CliError("argument --backend: cupy needs a usable CUDA GPU; none was found")
-    name = args.config or DEFAULT_PRESET
-    cfg = config_from_args(name, args.policy)
-    spec = CampaignSpec(name, cfg, profile=profile, examples=args.examples,
-                        minutes=args.minutes, steps=args.steps, seed=args.seed,
-                        backend=args.backend, database=args.database, out_dir=args.out)
-    report = run_campaign(spec, workers=args.workers, show_progress=not args.no_progress)
+            raise CliError(f"argument {'--profile gpu' if args.profile else '--backend'}: "
+                           "the CuPy backend needs a usable CUDA GPU and CuPy; none was found")
+    try:
+        if args.config is None:
+            return _fuzz_matrix(args, profile, backend, cores)
+        cfg = config_from_args(args.config, args.policy)
+        spec = CampaignSpec(args.config, cfg, profile=profile, examples=args.examples,
+                            minutes=args.minutes, steps=args.steps, seed=args.seed,
+                            backend=backend, database=args.database, out_dir=args.out)
+        report = run_campaign(spec, workers=args.workers or 1,
+                              show_progress=not args.no_progress)
+    except CampaignUsageError as exc:
+        raise CliError(str(exc)) from None
     print_campaign(report)
     if args.json:
         write_json(report, args.json)
@@ -143,6 +207,25 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_FOUND
     return EXIT_OK
+
+
+def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: int) -> int:
+    from .matrix import DEFAULT_MATRIX, run_matrix, write_matrix_json
+    from .render import print_matrix
+
+    minutes = args.minutes if args.minutes is not None else DEFAULT_MATRIX_MINUTES
+    workers = args.workers or max(1, min(cores, len(DEFAULT_MATRIX)))
+    report = run_matrix(seed=args.seed, budget_s=minutes * 60, workers=workers,
+                        out_dir=args.out, show_progress=not args.no_progress,
+                        policy=args.policy, examples_per_cell=args.examples, steps=args.steps,
+                        profile=profile, backend=backend, database=args.database,
+                        keep_going=args.keep_going)
+    print_matrix(report, verbose=args.verbose)
+    if args.json:
+        write_matrix_json(report, args.json)
+    if report.failures:
+        return EXIT_FOUND
+    return 130 if report.interrupted else EXIT_OK
 
 
 def _replay_args(p: argparse.ArgumentParser) -> None:
@@ -275,7 +358,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     """Seeded bugs: run the campaigns against each mutant and print the kill matrix."""
     from .mutants import run_mutants
 
-    return run_mutants(args.only, args.budget, args.json_path, args.list_only)
+    return run_mutants(args.only, args.budget, args.json_path, args.list_only,
+                       zoo=args.zoo)
 
 
 COMMANDS: list[Command] = [

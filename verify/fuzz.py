@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.errors import FailedHealthCheck, InvalidArgument
 from hypothesis.stateful import get_state_machine_test
 
 from kvpocket.model.config import KVConfig, PocketPolicy
@@ -33,10 +34,17 @@ from .trace import Trace, TraceStep
 def expected_rare_states(cfg: KVConfig) -> list[str]:
     """The rare states a campaign on this configuration must reach to not be vacuous."""
     out = ["prefix reused", "injected failure rolled back"]
+    if cfg.num_levels > 1:
+        out += ["committed page dropped", "resumed from a lower level"]
+    if cfg.num_levels > 2:
+        out += ["cascade below host", "nested make-room rolled back"]
+    if any(lc.is_swa for lc in cfg.life_cycles):
+        out += ["several blocks left the window at once", "stale block held for committing"]
     if not cfg.pocket.enabled or not any(lc.is_swa for lc in cfg.life_cycles):
-        return out
+        return [name for name in RARE_STATES if name in out]
     out += ["parked", "popped", "pocket drained on suspend", "pocket drained on close",
-            "OutOfPages with a non-empty pocket"]
+            "OutOfPages with a non-empty pocket", "pocket full",
+            "stale page released at pocket capacity"]
     if cfg.num_levels > 1 and cfg.pocket.policy != PocketPolicy.PIN:
         out.append("parked page migrated")
         if cfg.pocket.policy == PocketPolicy.REVALIDATE:
@@ -44,16 +52,42 @@ def expected_rare_states(cfg: KVConfig) -> list[str]:
     return [name for name in RARE_STATES if name in out]
 
 
-def open_database(spec: str | None) -> ExampleDatabase | None:
-    """`DIR` or `redis://host:port/db`; None for no database."""
+def open_database(spec: str | None, namespace: str = "") -> ExampleDatabase | None:
+    """`DIR` or `redis://host:port/db`; None for no database. A namespace (a matrix cell)
+    keeps one configuration's examples apart from another's: a sub-folder, or a key prefix."""
     if not spec:
         return None
     if spec.startswith("redis://"):
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
 
-        return RedisExampleDatabase(redis.Redis.from_url(spec))
-    return DirectoryBasedExampleDatabase(spec)
+        prefix = f"hypothesis-example:{namespace}:" if namespace else "hypothesis-example:"
+        return RedisExampleDatabase(redis.Redis.from_url(spec), key_prefix=prefix.encode())
+    return DirectoryBasedExampleDatabase(str(Path(spec) / namespace) if namespace else spec)
+
+
+class CampaignUsageError(Exception):
+    """Hypothesis refused to run the campaign as asked (a failed health check, an invalid
+    setting): a usage problem, reported with exit status 2, never as a found bug."""
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a whole file or nothing: a temporary file beside it, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def unused_path(path: Path) -> Path:
+    """`path`, or `path` with -2, -3, ... before its suffix: what a campaign found is
+    never overwritten by a later one."""
+    n = 2
+    candidate = path
+    while candidate.exists():
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+        n += 1
+    return candidate
 
 
 @dataclass
@@ -99,6 +133,8 @@ class CampaignSpec:
     database: str | None = None
     out_dir: str = "kvpocket-out"
     batch: int = 20
+    tag: str | None = None  # names the failure files (default: config-policy-seed-batch)
+    namespace: str = ""  # the example database's namespace (a matrix cell)
 
 
 def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]],
@@ -112,12 +148,12 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
     if len(t.steps) < len(shrunk.steps):
         result = replay(t)
         message = result.report or message
-    trace_path = out / f"failure-{tag}.jsonl"
+    trace_path = unused_path(out / f"failure-{tag}.jsonl")
     t.write(trace_path)
-    test_path = out / f"test_failure_{tag.replace('-', '_')}.py"
+    test_path = unused_path(out / f"test_failure_{trace_path.stem[8:].replace('-', '_')}.py")
     first = message.splitlines()[0] if message else "failure"
     body = "\n".join(t.lines())
-    test_path.write_text(
+    write_text_atomic(test_path,
         f'"""Reproducer written by `kvpocket fuzz` (config {spec.config_name}, seed '
         f'{spec.seed}).\n\n{first}\n"""\n\n'
         "from kvpocket.verify.replay import replay\nfrom kvpocket.verify.trace import parse_trace\n\n"
@@ -133,7 +169,7 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
     """One process's campaign: batches of examples until the budget is spent or a failure."""
     profile = PROFILES[spec.profile]
     machine = machine_for(spec.cfg, backend=spec.backend)
-    db = open_database(spec.database)
+    db = open_database(spec.database, spec.namespace)
     report = CampaignReport(spec.config_name, spec.cfg.pocket.policy.value, spec.backend,
                             spec.seed, 1)
     rare: Counter[str] = Counter()
@@ -156,6 +192,8 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
         try:
             with only_the_seed():
                 test()
+        except (FailedHealthCheck, InvalidArgument) as exc:
+            raise CampaignUsageError(_usage_message(exc, spec)) from None
         except Exception as exc:  # a divergence (or a crash) that Hypothesis shrank
             failed = exc
         report.examples += STATS.examples
@@ -164,8 +202,9 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
         report.max_pocket_occupancy = max(report.max_pocket_occupancy, STATS.max_pocket)
         if failed is not None:
             trace, message = STATS.failure or ([], f"{type(failed).__name__}: {failed}")
-            report.failures.append(write_reproducers(
-                spec, trace, message, f"{spec.config_name}-{spec.seed}-{batch_no}"))
+            tag = spec.tag or (f"{spec.config_name}-{spec.cfg.pocket.policy.value}-"
+                               f"{spec.seed}-{batch_no}")
+            report.failures.append(write_reproducers(spec, trace, message, tag))
             break
         batch_no += 1
         if remaining is not None:
@@ -179,6 +218,14 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
     report.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
     report.coverage_gaps = [name for name in expected_rare_states(spec.cfg) if not rare.get(name)]
     return report
+
+
+def _usage_message(exc: BaseException, spec: CampaignSpec) -> str:
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    hint = ""
+    if isinstance(exc, FailedHealthCheck) and spec.steps:
+        hint = f" (with --steps {spec.steps}; try fewer steps per example)"
+    return f"Hypothesis refused the campaign{hint}: {type(exc).__name__}: {first}"
 
 
 _SHARED_STEPS: Any = None  # a multiprocessing.Value, inherited by each worker
@@ -252,5 +299,4 @@ def asdict_shallow(spec: CampaignSpec) -> dict[str, Any]:
 
 
 def write_json(report: CampaignReport, path: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    write_text_atomic(Path(path), json.dumps(report.to_json(), indent=2) + "\n")

@@ -10,6 +10,7 @@ data oracle. Anything else raises `Divergence` with a readable report.
 from __future__ import annotations
 
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,8 @@ import numpy as np
 from kvpocket.impl.backend.numpy_sim import NumpyBackend
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.impl.oracle import DecodeOracle
-from kvpocket.model.config import GPU_LEVEL, NONE, KVConfig, SeqStatus
+from kvpocket.impl.snapshot import Where, choice_labels, page_locations
+from kvpocket.model.config import GPU_LEVEL, NONE, CommitState, KVConfig, SeqStatus
 from kvpocket.model.errors import ChoiceRejected
 from kvpocket.model.machine import Model
 from kvpocket.model.state import State
@@ -105,35 +107,24 @@ class Lockstep:
             return self.oracle.token_for(self._id(seq), pos)
         return (seq * 7919 + pos * 104729) % 50000
 
-    def _translate_choices(self, pre: dict[str, Any]) -> LockstepChooser:
-        where = {p["id"]: (p["level"], p["pool_group"], p["slot"]) for p in pre["pages"]}
+    def _translate_choices(self, where: dict[int, Where]) -> LockstepChooser:
         ch = LockstepChooser({"slot": [], "victim": [], "pocket": []})
-        for c in self.impl.last_choices():
-            tag = c[0]
-            if tag == "alloc":
-                ch.script["slot"].append(int(c[3]))
-            elif tag == "evict":
-                ch.script["victim"].append(where.get(int(c[3]), (-1, -1, -1)))
-            elif tag == "migrate":
-                pid, dst, slot = int(c[1]), int(c[3]), int(c[4])
-                if pid in where:
-                    where[pid] = (dst, where[pid][1], slot)
-            elif tag in ("pop", "refuse"):
-                ch.script["pocket"].append(where.get(int(c[3]), (-1, -1, -1)))
+        for kind, label in choice_labels(self.impl.last_choices(), where):
+            ch.script[kind].append(label)
         return ch
 
     # ---- the step ----------------------------------------------------------------------
     def step(self, action: str, params: dict[str, Any]) -> StepRecord:
         check_params(action, params)
         n = len(self.records)
-        pre = self.impl.snapshot()
+        where = page_locations(self.impl)
         self.impl._choices = []  # a call rejected before it starts records nothing
         try:
             impl_out = impl_outcome(lambda: self._call_impl(action, params))
         except Exception as exc:  # not an API error: the implementation broke
             raise Divergence(n, "the implementation crashed", [
                 f"{action}({_fmt(params)})", *_traceback_tail(exc)]) from exc
-        chooser = self._translate_choices(pre)
+        chooser = self._translate_choices(where)
         self.model.chooser = chooser
         pre_model = self.model.state
         try:
@@ -320,13 +311,38 @@ class Lockstep:
             ev.append("prefix reused")
         if impl_out.kind == "ok" and impl_out.value is False and (pre.fault_alloc or pre.fault_copy):
             ev.append("injected failure rolled back")
-        if len(pre.pocket) and any(
-            sum(1 for k in range(lay.pocket_cap)
-                if s.pocket[lay.pocket_ix(self.model.ops, q, c, k)] != NONE) == lay.pocket_cap
-            for q in range(lay.seqs) for c in range(lay.lcs)
-        ):
+        # The cascade's deep paths and the pocket's edge cases (issue 12's misses).
+        if any(c[0] == "undone" for c in self.impl.last_choices()):
+            ev.append("nested make-room rolled back")
+        if "drop" in steps:
+            ev.append("committed page dropped")
+        if action == "resume" and "onboard_begin" in steps:
+            ev.append("resumed from a lower level")
+        if action == "resize":
+            # Unlocks of blocks still inside the capacity: they left the window (not a shrink).
+            t = self.cfg.tokens_per_block
+            stale = [st.params for st in self.model.last_steps if st.action == "unlock"
+                     and st.params["ordinal"] * t < params["capacity"]]
+            per_lc = Counter((p["seq"], p["lc"]) for p in stale)
+            if any(n >= 2 for n in per_lc.values()):
+                ev.append("several blocks left the window at once")
+            released = {st.params["page"] for st in self.model.last_steps if st.action == "release"}
+            if any(p["page"] in released for p in stale) and any(
+                    self._pocket_size(q, c) == lay.pocket_cap for q, c in per_lc):
+                ev.append("stale page released at pocket capacity")
+            if stale and s.commit_state[params["seq"]] == CommitState.ALLOWED:
+                ev.append("stale block held for committing")
+        if any(self._pocket_size(q, c) == lay.pocket_cap
+               for q in range(lay.seqs) for c in range(lay.lcs)):
             ev.append("pocket full")
         return ev
+
+    def _pocket_size(self, seq: int, lc: int) -> int:
+        lay, s = self.model.layout, self.model.state
+        if not len(s.pocket):
+            return 0
+        return sum(1 for k in range(lay.pocket_cap)
+                   if s.pocket[lay.pocket_ix(self.model.ops, seq, lc, k)] != NONE)
 
     def pocket_occupancy(self) -> int:
         return sum(1 for p in self.model.state.pocket if p != NONE)
@@ -335,7 +351,10 @@ class Lockstep:
 RARE_STATES: tuple[str, ...] = (
     "parked", "popped", "parked page migrated", "pop refused", "pocket drained on suspend",
     "pocket drained on close", "OutOfPages with a non-empty pocket", "pocket full",
-    "prefix reused", "injected failure rolled back",
+    "prefix reused", "injected failure rolled back", "cascade below host",
+    "nested make-room rolled back", "committed page dropped", "resumed from a lower level",
+    "several blocks left the window at once", "stale page released at pocket capacity",
+    "stale block held for committing",
 )
 
 

@@ -57,6 +57,7 @@ class LockstepMachine(RuleBasedStateMachine):
         self.trace: Trace = []
         self.max_pocket = 0
         self.failed = False
+        self.reached: set[str] = set()  # rare states this example reached (steers target())
         STATS.examples += 1
 
     # ---- plumbing ------------------------------------------------------------------------
@@ -75,6 +76,7 @@ class LockstepMachine(RuleBasedStateMachine):
         for name in rec.events:
             event(name)
             STATS.rare[name] += 1
+            self.reached.add(name)
         self.max_pocket = max(self.max_pocket, self.ls.pocket_occupancy())
         STATS.max_pocket = max(STATS.max_pocket, self.max_pocket)
 
@@ -214,6 +216,33 @@ class LockstepMachine(RuleBasedStateMachine):
         self._step("create", {"seq": seq, "prompt": prompt})
         self._step("resume", {"seq": seq})
 
+    @rule(data=st.data(), blocks=st.integers(1, 3))
+    def deep_cascade(self, data: st.DataObject, blocks: int) -> None:
+        """The cascade's deepest path: the other sequences' HELD pages are pushed down by
+        pressure until the lower levels are full of them, one sequence leaves an
+        unreferenced committed page on GPU, and GPU pressure then evicts it. Room below
+        cannot be made (the lower queues hold only HELD pages, and the last level never
+        evicts those), so the nested make-room is rolled back and the victim is dropped
+        instead; with a partial fill it migrates, or the whole call fails."""
+        cfg = self.cfg
+        t = cfg.tokens_per_block
+        victim = data.draw(self.seqs(), label="seq")
+        pg = data.draw(st.integers(0, cfg.num_pool_groups - 1), label="pool_group")
+        for q in range(cfg.num_sequences):
+            if q == victim:
+                continue
+            self._restart(q, [])
+            self._step("resize", {"seq": q, "capacity": blocks * t, "history": 0})
+            self._step("suspend", {"seq": q})
+            for level in range(cfg.last_level):  # push its pages down, level by level
+                self._step("pressure", {"level": level, "pool_group": pg,
+                                        "slots": cfg.slots_per_level[level]})
+        self._restart(victim, [])
+        self._step("resize", {"seq": victim, "capacity": t, "history": 0})
+        self._step("commit", {"seq": victim, "n": t})
+        self._step("close", {"seq": victim})
+        self._step("pressure", {"level": 0, "pool_group": pg, "slots": cfg.slots_per_level[0]})
+
     @rule(data=st.data(), prompt=st.lists(st.integers(0, 1), max_size=6))
     def create(self, data: st.DataObject, prompt: list[int]) -> None:
         self._step("create", {"seq": data.draw(self.seqs(), label="seq"), "prompt": prompt})
@@ -278,6 +307,7 @@ class LockstepMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         # Guide generation toward full pockets (target() may be called once per example).
         target(float(self.max_pocket), label="max pocket occupancy")
+        target(float(len(self.reached)), label="distinct rare states")
         if self.failed:
             return  # the step's own failure is the one to report
         try:

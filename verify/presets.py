@@ -44,11 +44,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("three-level", "GPU + host + disk, SWA + full attention, 3 sequences, 6 + 4 + 4 "
            "slots: the cascade runs two levels deep", _cfg((6, 4, 4), seqs=3)),
     Preset("sinks", "GPU + host, SWA with 2 sink tokens (window 4) + full attention, "
-           "2 sequences, 6 + 6 slots", _cfg(
-               (6, 6), lcs=(swa_life_cycle(window=4, sink_tokens=2), full_life_cycle()))),
+           "2 sequences, 10 + 6 slots (room for a block to leave the window past the sink)",
+           _cfg((10, 6), lcs=(swa_life_cycle(window=4, sink_tokens=2), full_life_cycle()))),
     Preset("offset", "GPU + host, SWA window 6 with 4 tokens/block ((w-1) mod t != 0: parked "
            "pages wait several steps), 2 sequences, 5 + 5 slots",
            _cfg((5, 5), lcs=(swa_life_cycle(window=6),), t=4)),
+    Preset("wide-pocket", "GPU + host, one SWA life cycle, 2 sequences, 10 + 4 slots, 12 blocks: "
+           "room for three stale blocks at once, so a full pocket meets another stale page",
+           _cfg((10, 4), lcs=(swa_life_cycle(window=3),), blocks=12)),
     Preset("split-pools", "GPU + host, SWA and full attention in separate pool groups, "
            "2 sequences, 4 + 4 slots per group", _cfg(
                (4, 4), lcs=(swa_life_cycle(window=3), LifeCycle("full", pool_group=1)))),

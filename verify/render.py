@@ -114,3 +114,102 @@ def print_campaign(report: Any) -> None:
         out.print(f"[red]failure[/red] after {f.steps} steps: {f.message.splitlines()[0]}")
         out.print(f"  trace:      {f.trace}   (kvpocket replay {f.trace})")
         out.print(f"  reproducer: {f.test}")
+
+
+class MatrixProgress:
+    """A live line for the default campaign: elapsed / budget, the cell running now,
+    examples, steps and failures. Silent when `show` is False."""
+
+    def __init__(self, report: Any, budget_s: float, show: bool) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.report = report
+        self.show = show
+        self.steps = 0
+        self.cell = ""
+        self.last = 0.0
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
+            TextColumn("{task.fields[stats]}"), console=console(), transient=True,
+            disable=not show,
+        )
+        self.task = self.progress.add_task(
+            f"fuzz matrix ({len(report.cells)} cells, budget {budget_s:g} s)", total=None,
+            stats="")
+
+    def __enter__(self) -> MatrixProgress:
+        import time
+
+        self.start = time.monotonic()
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(None, None, None)
+
+    def current(self, cell: str) -> None:
+        self.cell = cell
+        self._refresh()
+
+    def tick(self, steps: int) -> None:
+        self.steps += steps
+        self._refresh()
+
+    def set_steps(self, steps: int) -> None:
+        self.steps = steps
+        self._refresh()
+
+    def _refresh(self) -> None:
+        import time
+
+        now = time.monotonic()
+        if not self.show or now - self.last < 0.2:
+            return
+        self.last = now
+        rate = self.steps / max(now - self.start, 1e-9)
+        where = f"  cell {self.cell}" if self.cell else ""
+        self.progress.update(self.task, stats=(
+            f"steps {self.steps}  {rate:,.0f} steps/s  examples {self.report.examples}  "
+            f"failures {len(self.report.failures)}{where}"))
+
+
+def print_matrix(report: Any, verbose: bool = False) -> None:
+    """The verdict first, then one row per cell, the rare states, and any failure."""
+    from rich.markup import escape
+
+    out = console()
+    if report.failures:
+        f = report.failures[0]
+        out.print(f"[red bold]BUG FOUND[/red bold] in cell {f.cell} after {f.seconds:.1f} s: "
+                  f"{escape(f.kind)} (shrunk to {f.steps} steps)")
+    elif report.interrupted:
+        out.print("[yellow bold]INTERRUPTED[/yellow bold]: no bug found in the part that ran")
+    else:
+        out.print(f"[green bold]no bug found[/green bold] in {report.examples} examples, "
+                  f"{report.steps} steps, {len(report.cells)} cells, {report.seconds:.0f} s "
+                  f"(seed {report.seed})")
+    table = Table(title="default campaign: cells")
+    for col, justify in (("cell", "left"), ("examples", "right"), ("steps", "right"),
+                         ("rare states reached", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for name, c in report.cells.items():
+        reached = sum(1 for n in c.expected if c.rare_states.get(n))
+        table.add_row(name, str(c.examples), str(c.steps), f"{reached}/{len(c.expected)}")
+    out.print(table)
+    if verbose:
+        rare = Table(title="rare states reached (all cells)")
+        rare.add_column("state")
+        rare.add_column("count", justify="right")
+        for name, n in report.rare_states.items():
+            rare.add_row(name, str(n))
+        out.print(rare)
+    if report.unreached:
+        out.print("[yellow]coverage gaps[/yellow] (rare states no cell reached): "
+                  + ", ".join(report.unreached))
+    else:
+        wanted = {n for c in report.cells.values() for n in c.expected}
+        out.print(f"coverage: all {len(wanted)} rare states the cells can reach were reached")
+    for f in report.failures:
+        out.print(f"[red]failure[/red] in {f.cell}: {escape(f.message.splitlines()[0])}")
+        out.print(f"  trace:      {f.trace}   (kvpocket replay {f.trace})", soft_wrap=True)
+        out.print(f"  reproducer: {f.test}", soft_wrap=True)
