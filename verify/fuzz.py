@@ -43,8 +43,11 @@ def expected_rare_states(cfg: KVConfig) -> list[str]:
     if not cfg.pocket.enabled or not any(lc.is_swa for lc in cfg.life_cycles):
         return [name for name in RARE_STATES if name in out]
     out += ["parked", "popped", "pocket drained on suspend", "pocket drained on close",
-            "OutOfPages with a non-empty pocket", "pocket full",
-            "stale page released at pocket capacity"]
+            "OutOfPages with a non-empty pocket"]
+    # A full pocket meeting one more stale page needs GPU room for the parked pages, the
+    # newly stale one and the window, for every life cycle (wide-pocket has it).
+    if cfg.slots_per_level[0] >= cfg.num_life_cycles * (cfg.pocket.capacity + 2) + 2:
+        out += ["pocket full", "stale page released at pocket capacity"]
     if cfg.num_levels > 1 and cfg.pocket.policy != PocketPolicy.PIN:
         out.append("parked page migrated")
         if cfg.pocket.policy == PocketPolicy.REVALIDATE:
