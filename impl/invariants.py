@@ -88,6 +88,9 @@ def check_invariants(mgr: KVCacheManager) -> list[str]:
                        f"capacity {kv.capacity} violated")
         if kv.status is not SeqStatus.CLOSED and kv.num_blocks != -(-kv.capacity // t):
             bad.append(f"{w}: {kv.num_blocks} blocks for capacity {kv.capacity}")
+        for nid in kv.tree_nodes:  # a live sequence's committed blocks outlive their pages
+            if nid not in st.tree.nodes:
+                bad.append(f"{w}: radix-tree node {nid} of a committed block was pruned")
         for lc, pocket in enumerate(kv.pocket):
             for p in pocket:
                 holds[p.pid] += 1

@@ -228,8 +228,16 @@ class KVCache:
                 self._st.requeue(page, op)  # under `pin` this unqueues it
                 op.choose(("park", self.seq_id, page.lc, page.pid))
                 op.count("pocket_parks", self.seq_id)
+                if mutants.active("zoo-stale-slot-mapping"):  # (zoo: where it was parked)
+                    self.__dict__.setdefault("_zoo_parked_at", {})[page.pid] = page.slot
+                if mutants.active("zoo-park-over-credit"):  # (zoo: the allocator is credited too)
+                    self._st.allocs[GPU_LEVEL][page.group].release(
+                        page.slot, self._st.fence(page, op, self.seq_id), op)
             else:
-                op.set(page, "holds", page.holds - 1)
+                if not (mutants.active("zoo-overflow-orphan-leak") and park
+                        and not page.committed
+                        and len(self.pocket[page.lc]) >= self._mgr.cfg.pocket.capacity):
+                    op.set(page, "holds", page.holds - 1)
                 self._st.settle(page, op, self.seq_id)
 
     def _pop(self, i: int, op: Op) -> tuple[int, Events, bool] | None:
@@ -246,6 +254,10 @@ class KVCache:
             ):
                 op.choose(("refuse", seq, i, page.pid))
                 op.count("pocket_refusals", seq)
+                if mutants.active("zoo-stale-slot-mapping") and page.level != GPU_LEVEL:
+                    stale = self.__dict__["_zoo_parked_at"][page.pid]  # (zoo: slot at park)
+                    if stale in st.allocs[GPU_LEVEL][page.group].occupied:  # reused by a live page
+                        st.allocs[GPU_LEVEL][page.group].release(stale, (), op)
                 op.set(page, "holds", page.holds - 1)
                 st.settle(page, op, seq)
                 continue
@@ -261,6 +273,9 @@ class KVCache:
             st.settle(page, op, seq)
             op.choose(("pop", seq, i, page.pid))
             op.count("pocket_pops", seq)
+            if mutants.active("zoo-pocket-dup-entry"):  # (zoo: the consumed id stays listed)
+                pocket.append(page)
+                op.on_undo(pocket.pop)
             return slot, evs, policy is not PocketPolicy.UNSAFE
         return None
 
@@ -482,8 +497,11 @@ class KVCache:
                 own.append(page)
                 if not (s <= b < e):
                     targets.append((i, b, page))
+                elif mutants.active("zoo-stale-block-table"):  # (zoo: rebuilt from every entry)
+                    self._set_index(i, b, page.slot, op)
         for _, _, page in targets:  # pin: making room must never evict what we bring back
-            st.unqueue(page, op)
+            if not mutants.active("zoo-resume-no-pin"):
+                st.unqueue(page, op)
         st.bring_to_gpu([p for _, _, p in targets], op, self.seq_id)
         for i, b, page in targets:
             # Order after every earlier user's work on the page (e.g. the sequence that

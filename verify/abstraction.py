@@ -120,7 +120,8 @@ def abstract_impl(snap: dict[str, Any], seq_of: dict[int, int]) -> Abstract:
         pages.append((*where[p["id"]], p["lc"], bool(p["committed"]), p["status"],
                       bool(p["queued"]), owner, p["ordinal"], key, pocket))
     occupied = [(a["level"], a["pool_group"], tuple(a["occupied"])) for a in snap["slots"]]
-    queues = [(q["level"], q["pool_group"], tuple(where[i] for i in q["order"]))
+    queues = [(q["level"], q["pool_group"],  # a dead page still queued: named (-1, -1, -1)
+               tuple(where.get(i, (-1, -1, -1)) for i in q["order"]))
               for q in snap["queues"]]
     pockets = sorted(
         (seq_of.get(p["seq"], -1), p["lc"], tuple(where.get(i, (-1, -1, -1)) for i in p["pages"]))

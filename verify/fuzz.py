@@ -39,7 +39,8 @@ def expected_rare_states(cfg: KVConfig) -> list[str]:
     if cfg.num_levels > 2:
         out += ["cascade below host", "nested make-room rolled back"]
     if any(lc.is_swa for lc in cfg.life_cycles):
-        out += ["several blocks left the window at once", "stale block held for committing"]
+        out += ["several blocks left the window at once", "stale block held for committing",
+                "resumed with blocks held for committing"]
     if not cfg.pocket.enabled or not any(lc.is_swa for lc in cfg.life_cycles):
         return [name for name in RARE_STATES if name in out]
     out += ["parked", "popped", "pocket drained on suspend", "pocket drained on close",

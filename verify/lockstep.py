@@ -318,6 +318,8 @@ class Lockstep:
             ev.append("committed page dropped")
         if action == "resume" and "onboard_begin" in steps:
             ev.append("resumed from a lower level")
+        if action == "resume" and impl_out.value is True and self._holds_stale(params["seq"]):
+            ev.append("resumed with blocks held for committing")
         if action == "resize":
             # Unlocks of blocks still inside the capacity: they left the window (not a shrink).
             t = self.cfg.tokens_per_block
@@ -337,6 +339,14 @@ class Lockstep:
             ev.append("pocket full")
         return ev
 
+    def _holds_stale(self, seq: int) -> bool:
+        """An ACTIVE sequence with an entry it holds but does not lock: a block out of the
+        window kept for a later commit."""
+        lay, s, ops = self.model.layout, self.model.state, self.model.ops
+        return any(s.entry[lay.entry_ix(ops, seq, lc, o)] != NONE
+                   and not s.entry_locked[lay.entry_ix(ops, seq, lc, o)]
+                   for lc in range(lay.lcs) for o in range(lay.blocks))
+
     def _pocket_size(self, seq: int, lc: int) -> int:
         lay, s = self.model.layout, self.model.state
         if not len(s.pocket):
@@ -354,7 +364,7 @@ RARE_STATES: tuple[str, ...] = (
     "prefix reused", "injected failure rolled back", "cascade below host",
     "nested make-room rolled back", "committed page dropped", "resumed from a lower level",
     "several blocks left the window at once", "stale page released at pocket capacity",
-    "stale block held for committing",
+    "stale block held for committing", "resumed with blocks held for committing",
 )
 
 

@@ -121,12 +121,14 @@ class LockstepMachine(RuleBasedStateMachine):
         base = pool_group * lay.slots_at(0)
         return sum(x == -1 for x in s.slot_owner[base:base + lay.slots_at(0)])
 
-    RACES = ("pressure", "burst", "suspend", "close", "fill")
+    RACES = ("pressure", "steal", "burst", "suspend", "close", "fill")
 
     @rule(data=st.data(), mode=st.sampled_from(RACES))
     def race(self, data: st.DataObject, mode: str) -> None:
         """The pocket's hazards as one rule: decode until a page is parked, then
         pressure:  another tenant needs its GPU slot, and the next decode step pops;
+        steal:     as pressure, but another sequence takes the freed GPU slot (its next
+                   block) before the pop: a blind pop would alias a live slot;
         burst:     this sequence asks for more blocks than the GPU has (OutOfPages);
         suspend:   suspend (the pocket drains) and resume;
         close:     close (the pocket drains);
@@ -134,21 +136,30 @@ class LockstepMachine(RuleBasedStateMachine):
         cfg = self.cfg
         t = cfg.tokens_per_block
         seq = data.draw(self.seqs(), label="seq")
+        # Mostly the pocket's case (committing stopped); sometimes the sequence keeps
+        # committing, so the blocks that leave the window are held for a commit instead.
+        keep = data.draw(st.integers(0, 3), label="keep committing") == 0
         s = self._state()
         if s.seq_status[seq] != SeqStatus.ACTIVE:
             self._restart(seq, [])
-        if self._state().commit_state[seq] == CommitState.ALLOWED:
-            self._step("stop_committing", {"seq": seq})  # the pocket serves only this case
+        if self._state().commit_state[seq] == CommitState.ALLOWED and not keep:
+            self._step("stop_committing", {"seq": seq})
         for _ in range(4 * t + 8):
             if self._pocket_of(seq) or self._state().seq_status[seq] != SeqStatus.ACTIVE:
                 break
             self._decode(seq)
         s = self._state()
         cap, h = s.capacity[seq], s.history[seq]
-        if mode == "pressure":
+        if mode in ("pressure", "steal"):
             pg = data.draw(st.integers(0, cfg.num_pool_groups - 1), label="pool_group")
             need = min(self._free_gpu(pg) + 1, cfg.slots_per_level[0])
             self._step("pressure", {"level": 0, "pool_group": pg, "slots": need})
+            other = (seq + 1) % cfg.num_sequences
+            if mode == "steal" and other != seq:
+                if self._state().seq_status[other] != SeqStatus.ACTIVE:
+                    self._restart(other, [])
+                for _ in range(t):  # a block boundary: the other sequence allocates
+                    self._decode(other)
             self._decode(seq)
         elif mode == "burst":
             grow = t * (cfg.slots_per_level[0] + 1)

@@ -4,9 +4,9 @@ Each mutant in `MUTANTS` is a named bug switched on without editing a source fil
 (`kvpocket.model.mutants`: a set lookup in the implementation and in the model's page
 layer and programs, or `KVPOCKET_MUTANT=name`). For each one `run_mutants`:
 
-* runs the lockstep fuzz campaign (`ci` profile: derandomized, <= 60 examples) on a
-  preset where the bug is reachable, with the switch on in-process and always restored;
-  the failure's minimised trace is replayed to name the detector (`Divergence.kind`);
+* runs the default campaign (`verify/matrix.py`: what `kvpocket fuzz` runs with no
+  options, not a preset chosen for the bug) with the switch on in-process and always
+  restored, stopping at the first failure; its kind names the detector;
 * for a bug that corrupts KV data, runs a small paged-vs-dense attention scenario
   (`impl/attention.py`) with the switch on and records whether it notices;
 * for a model-side mutant (the model's definition is wrong, so Z3 sees it too), runs
@@ -15,7 +15,12 @@ layer and programs, or `KVPOCKET_MUTANT=name`). For each one `run_mutants`:
   it does not finish).
 
 A mutant is killed when some detector flags it. Output: a kill matrix (mutant x
-detector, with time-to-kill and shrunk trace length), "killed K of N", and a JSON file.
+detector, with time-to-kill and shrunk trace length), "killed K of N", and a JSON file
+whose rows carry `origin` ("seeded: <modelled on>", or a zoo bug's tracker id).
+
+`--zoo` runs the bug zoo instead (`verify/zoo.py`: bugs reported against real managers,
+recreated in `impl/`), each under the default campaign (`verify/matrix.py`), not a preset
+chosen per bug; its rows also carry `hazard`.
 """
 
 from __future__ import annotations
@@ -168,9 +173,14 @@ class MutantResult:
     attention: str = "n/a"  # "caught", "missed", "n/a"
     z3: dict[str, str] = field(default_factory=dict)  # obligation -> status
     trace: str | None = None
+    origin: str = ""  # "seeded: <modelled on>" or a zoo bug's tracker id
+    hazard: str | None = None  # zoo bugs: the hazard class
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "layer": self.layer, "killed": self.killed,
+        out: dict[str, Any] = {"name": self.name, "layer": self.layer, "origin": self.origin}
+        if self.hazard is not None:
+            out["hazard"] = self.hazard
+        return {**out, "killed": self.killed,
                 "detectors": self.detectors,
                 "seconds": None if self.seconds is None else round(self.seconds, 3),
                 "trace_length": self.trace_length, "campaign": self.campaign,
@@ -230,6 +240,25 @@ def lockstep_campaign(cfg: KVConfig, config_name: str, budget_s: float, examples
     kind = result.kind if not result.ok else _kind_of(f.message)
     return CampaignOutcome(True, kind, seconds, f.steps, f.trace, report.examples,
                            f.message.splitlines()[0] if f.message else "")
+
+
+def default_campaign(budget_s: float, seed: int = 0, workers: int = 1,
+                     out_dir: str | None = None) -> CampaignOutcome:
+    """The default campaign (`kvpocket fuzz` with no options: the matrix, stopping at the
+    first failure) with whatever mutants are switched on (in this process)."""
+    from .matrix import run_matrix
+
+    out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
+    t0 = time.monotonic()
+    report = run_matrix(seed=seed, budget_s=budget_s, workers=workers, out_dir=out)
+    seconds = time.monotonic() - t0
+    if not report.failures:
+        return CampaignOutcome(False, "", seconds, None, None, report.examples,
+                               f"default campaign: survived {seconds:.0f} s, "
+                               f"{report.examples} examples")
+    f = min(report.failures, key=lambda x: x.seconds)
+    return CampaignOutcome(True, f.kind, f.seconds, f.steps, f.trace, report.examples,
+                           f"cell {f.cell}")
 
 
 def _kind_of(message: str) -> str:
@@ -324,11 +353,12 @@ def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
 def run_mutant(m: Mutant, budget_s: float = 60.0, examples: int = 60, attention: bool = True,
                z3: bool = True, bmc: bool = True, out_dir: str | None = None) -> MutantResult:
     """Every detector on one mutant, with its switch on (restored afterwards)."""
-    res = MutantResult(m.name, m.layer)
+    res = MutantResult(m.name, m.layer, origin=f"seeded: {m.modelled_on}")
     t0 = time.monotonic()
     with enable(m.name):
-        c = lockstep_campaign(m.config(), m.preset, budget_s, examples, out_dir)
-        res.campaign = f"killed: {c.kind}" if c.killed else c.detail
+        c = default_campaign(budget_s, out_dir=out_dir)
+        res.campaign = f"default campaign, {c.detail}: killed: {c.kind}" if c.killed \
+            else c.detail
         if c.killed:
             res.detectors.append(detector_of(c.kind))
             res.seconds, res.trace_length, res.trace = c.seconds, c.steps, c.trace
@@ -369,7 +399,10 @@ def add_mutants_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", dest="list_only", action="store_true",
                         help="list the mutants and exit")
     parser.add_argument("--only", metavar="NAME", default=None,
-                        help="one mutant (see --list)")
+                        help="one mutant (see --list; zoo names with --zoo)")
+    parser.add_argument("--zoo", action="store_true",
+                        help="the bug zoo (real-world bugs, verify/zoo.py) under the default "
+                             "campaign, instead of the seeded mutants")
     parser.add_argument("--budget", metavar="SECONDS", type=float, default=60.0,
                         help="time budget per mutant, campaign and Z3 together (default 60)")
     parser.add_argument("--json", dest="json_path", metavar="FILE", default=None,
@@ -382,42 +415,70 @@ def _usage_error(console: Any, message: str) -> int:
 
 
 def run_mutants(only: str | None, budget_s: float, json_path: str | None,
-                list_only: bool) -> int:
-    """Run the campaign; 0 when every mutant is killed, 1 when one survives, 2 on bad options."""
+                list_only: bool, zoo: bool = False) -> int:
+    """Run the campaign; 0 when every mutant is killed, 1 when one survives, 2 on bad options.
+    `zoo`: the bug zoo (`verify/zoo.py: ZOO`) under the default campaign instead."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    from .zoo import ZOO, run_zoo_bug
+
     console = Console()
-    if only is not None and only not in MUTANTS:
-        return _usage_error(console, f"--only: unknown mutant {only!r}; expected one of "
-                            + ", ".join(MUTANTS))
+    names: list[str] = list(ZOO) if zoo else list(MUTANTS)
+    if only is not None and only not in names:
+        hint = "" if zoo or only not in ZOO else " (a zoo bug: add --zoo)"
+        return _usage_error(console, escape(f"--only: unknown {'zoo bug' if zoo else 'mutant'} "
+                                            f"{only!r}{hint}; expected one of " + ", ".join(names)))
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not (
             0 < budget_s <= 3600):
         return _usage_error(console, f"--budget: expected seconds in (0, 3600], got {budget_s!r}")
     if list_only:
-        table = Table(title="kvpocket mutants")
-        for col in ("mutant", "layer", "bug", "modelled on", "switch"):
-            table.add_column(col, overflow="fold")
-        for m in MUTANTS.values():
-            table.add_row(m.name, m.layer, m.description, m.modelled_on, m.switch)
+        if zoo:
+            table = Table(title="kvpocket bug zoo")
+            for col in ("bug", "origin", "hazard", "what went wrong upstream", "counterpart",
+                        "switch"):
+                table.add_column(col, overflow="fold")
+            for b in ZOO.values():
+                table.add_row(b.name, escape(b.origin), b.hazard, escape(b.description),
+                              escape(b.counterpart), escape(b.switch))
+        else:
+            table = Table(title="kvpocket mutants")
+            for col in ("mutant", "layer", "bug", "modelled on", "switch"):
+                table.add_column(col, overflow="fold")
+            for m in MUTANTS.values():
+                table.add_row(m.name, m.layer, escape(m.description), escape(m.modelled_on),
+                              escape(m.switch))
         console.print(table)
         return 0
-    chosen = [MUTANTS[only]] if only else list(MUTANTS.values())
+    chosen = [only] if only else names
     results: list[MutantResult] = []
     t_all = time.monotonic()
-    for m in chosen:
+    for name in chosen:
+        if zoo:
+            console.print(f"[dim]zoo bug {name} ({escape(ZOO[name].origin)}), default "
+                          f"campaign...[/dim]")
+            results.append(run_zoo_bug(ZOO[name], budget_s))
+            continue
+        m = MUTANTS[name]
         console.print(f"[dim]mutant {m.name} ({m.layer}, {m.preset}/{m.policy})...[/dim]")
         results.append(run_mutant(m, budget_s))
     killed = sum(r.killed for r in results)
-    table = Table(title="kill matrix")
+    # The zoo runs the default campaign only: no attention scenario, no Z3 column.
+    detectors = DETECTORS[:4] if zoo else DETECTORS
+    table = Table(title="kill matrix" + (" (bug zoo, default campaign)" if zoo else ""))
     table.add_column("mutant")
-    for d in DETECTORS:
+    if zoo:
+        table.add_column("origin", overflow="fold")
+        table.add_column("hazard", overflow="fold")
+    for d in detectors:
         table.add_column(d, justify="center")
     table.add_column("time-to-kill s", justify="right")
     table.add_column("trace", justify="right")
     for r in results:
-        marks = [_mark(r, d) for d in DETECTORS]
-        table.add_row(r.name if r.killed else f"[red]{r.name}[/red]", *marks,
+        marks = [_mark(r, d) for d in detectors]
+        extra = [escape(r.origin), r.hazard or ""] if zoo else []
+        table.add_row(r.name if r.killed else f"[red]{r.name}[/red]", *extra, *marks,
                       "-" if r.seconds is None else f"{r.seconds:.1f}",
                       "-" if r.trace_length is None else str(r.trace_length))
     console.print(table)
@@ -432,9 +493,10 @@ def run_mutants(only: str | None, budget_s: float, json_path: str | None,
     console.print(summary + f"; total {time.monotonic() - t_all:.0f} s", highlight=False)
     for r in results:
         if not r.killed:
-            console.print(f"[red]survived:[/red] {r.name}: {r.campaign}; z3 {r.z3 or 'n/a'}")
+            console.print(f"[red]survived:[/red] {r.name}: {escape(r.campaign)}; "
+                          f"z3 {escape(str(r.z3 or 'n/a'))}")
     if json_path:
-        data = {"killed": killed, "total": len(results),
+        data = {"kind": "zoo" if zoo else "seeded", "killed": killed, "total": len(results),
                 "mutants": [r.to_json() for r in results]}
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(data, indent=2) + "\n")

@@ -1,6 +1,7 @@
 """The quality tier: every seeded bug (`kvpocket.verify.mutants.MUTANTS`) is killed by
-the ci-budget campaign, and the unmodified kit raises no false alarm on the same
-campaigns. Run with `pytest -m quality -n 2`."""
+the default campaign (the matrix `kvpocket fuzz` runs) or, for a spec bug the API cannot
+reach, by Z3 induction; and the unmodified kit raises no false alarm on the presets the
+mutants were written for. Run with `pytest -m quality -n 2`."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def test_registry_is_complete() -> None:
     sources = "\n".join(p.read_text() for d in ("impl", "model") for p in (ROOT / d).glob("*.py")
                         if p.name != "mutants.py")
     switched = set(re.findall(r'mutants\.active\("([a-z0-9-]+)"\)', sources))
+    switched = {n for n in switched if not n.startswith("zoo-")}  # the bug zoo: test_zoo.py
     assert switched == set(MUTANTS), "every mutant has a switch and every switch a mutant"
     for m in MUTANTS.values():
         assert m.layer in ("impl", "model") and m.description and m.modelled_on and m.switch
@@ -62,10 +64,13 @@ def test_enable_restores() -> None:
 @pytest.mark.parametrize("name", _params())
 def test_mutant_is_killed(name: str) -> None:
     m = MUTANTS[name]
-    r = run_mutant(m, budget_s=BUDGET_S, examples=EXAMPLES, attention=False, z3=True, bmc=False)
+    r = run_mutant(m, budget_s=BUDGET_S, attention=False, z3=True, bmc=False)
     assert r.killed, f"{name} survived: {r.campaign}; z3 {r.z3}"
     if r.trace_length is not None:
-        assert r.trace_length <= 16, f"{name}: shrunk trace has {r.trace_length} steps"
+        # A data-corruption bug needs its stream interleaving in the trace (the writer, the
+        # recycled slot, the copy and the read), so its shrunk trace is longer.
+        most = 24 if m.data else 16
+        assert r.trace_length <= most, f"{name}: shrunk trace has {r.trace_length} steps"
     assert not switchboard.active_names()
 
 
