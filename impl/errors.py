@@ -11,7 +11,12 @@ from __future__ import annotations
 
 
 class KVPocketError(Exception):
-    """Base class of every error raised by `kvpocket.impl`."""
+    """Base class of every error raised by `kvpocket.impl`.
+
+    `category` is the model's name for a usage error (`model/errors.py`), which event
+    logs report and the lockstep compares; None for errors that are not usage errors."""
+
+    category: str | None = None
 
 
 class CapacityFailure(KVPocketError):
@@ -34,6 +39,8 @@ class CopyFailedError(CapacityFailure):
 class UnknownSequenceError(KVPocketError, KeyError):
     """The sequence id was never created."""
 
+    category = "unknown_sequence"
+
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else "unknown sequence"
 
@@ -41,26 +48,38 @@ class UnknownSequenceError(KVPocketError, KeyError):
 class DuplicateSequenceError(KVPocketError):
     """`create` was called with a sequence id that already exists."""
 
+    category = "sequence_state"
+
 
 class SequenceClosedError(KVPocketError):
     """The sequence was closed; no operation but `close` (idempotent) is allowed."""
+
+    category = "sequence_state"
 
 
 class SequenceStateError(KVPocketError):
     """The operation needs another status (e.g. `resize` on a SUSPENDED sequence)."""
 
+    category = "sequence_state"
+
 
 class HistoryDecreaseError(KVPocketError, ValueError):
     """`history_length` may only grow."""
+
+    category = "history_decrease"
 
 
 class CapacityError(KVPocketError, ValueError):
     """A capacity is below the history, above `max_blocks * tokens_per_block`,
     or a commit would exceed the capacity."""
 
+    category = "capacity"
+
 
 class CommitNotAllowedError(KVPocketError):
     """`commit` after `stop_committing` (commit state USER_STOP)."""
+
+    category = "commit"
 
 
 class UnknownLifeCycleError(KVPocketError, ValueError):
@@ -69,6 +88,8 @@ class UnknownLifeCycleError(KVPocketError, ValueError):
 
 class UnknownLevelError(KVPocketError, ValueError):
     """A cache level or pool group that the configuration does not have."""
+
+    category = "capacity"
 
 
 class DoubleReleaseError(KVPocketError):

@@ -12,50 +12,51 @@ Choices are labels both sides can name: a slot id for every slot taken (any leve
 (level, pool group, slot) where a victim or a popped/refused pocket entry sat when it was
 picked. The hooks wrap the public API methods of the manager and of each `KVCache` on
 the instance, so a manager without a log pays nothing.
+
+The log reads the manager through `ManagerView` (`view.py`) and clears the choice
+record through its public `transactions`; `manager.py` imports this module, never the
+reverse.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from kvpocket.model.api import API, ApiAction
 from kvpocket.model.config import SeqStatus
 
-from . import errors as e
+from .errors import KVPocketError
 from .snapshot import Where, choice_labels, page_locations
 
 if TYPE_CHECKING:
     from .kvcache import KVCache
-    from .manager import KVCacheManager
+    from .view import ManagerEntryPoints, ManagerView
 
 EVENTS_KIND = "events"
 
-# The model's error category for each implementation error (as `verify/adapter.py`).
-ERROR_CATEGORY: dict[type[BaseException], str] = {
-    e.UnknownSequenceError: "unknown_sequence",
-    e.DuplicateSequenceError: "sequence_state",
-    e.SequenceClosedError: "sequence_state",
-    e.SequenceStateError: "sequence_state",
-    e.HistoryDecreaseError: "history_decrease",
-    e.CapacityError: "capacity",
-    e.CommitNotAllowedError: "commit",
-    e.UnknownLevelError: "capacity",
-}
-
-
 def error_category(exc: BaseException) -> str:
-    for cls in type(exc).__mro__:
-        if cls in ERROR_CATEGORY:
-            return ERROR_CATEGORY[cls]
-    return type(exc).__name__
+    """The model's category of a usage error (`KVPocketError.category`), else the class name."""
+    category = getattr(exc, "category", None)
+    return category if isinstance(category, str) else type(exc).__name__
+
+
+# How the implementation names what the API table (`model.api.API`) names, where it differs:
+# methods, and parameters. An action is wrapped on the sequence handle when it takes a
+# "seq" (create, which makes the handle, on the manager), else on the manager.
+METHOD_OF = {"fail_allocation": "inject_allocation_failure", "fail_copy": "inject_copy_failure"}
+PARAM_OF = {"seq_id": "seq", "prompt_tokens": "prompt", "history_length": "history",
+            "n": "slots"}
+NOT_A_CALL = {"advance"}  # a stream's work completing: logged by `stream_completed`
 
 
 class EventLog:
     """Writes the header at construction and one event per API call."""
 
-    def __init__(self, sink: str | Path | TextIO, mgr: KVCacheManager,
+    def __init__(self, sink: str | Path | TextIO, mgr: ManagerView,
                  observed: bool = True) -> None:
         if isinstance(sink, (str, Path)):
             Path(sink).parent.mkdir(parents=True, exist_ok=True)
@@ -77,51 +78,45 @@ class EventLog:
         if self._owned and not self._out.closed:
             self._out.close()
 
-    # ---- the hooks ---------------------------------------------------------------------
-    def instrument_manager(self, mgr: KVCacheManager) -> None:
+    # ---- the hooks (derived from the API table) ----------------------------------------
+    def instrument_manager(self, mgr: ManagerEntryPoints) -> None:
         """Wrap the manager's API and environment entry points on this instance."""
-        create, pressure = mgr.create, mgr.pressure
-        fail_alloc, fail_copy = mgr.inject_allocation_failure, mgr.inject_copy_failure
-
-        def logged_create(seq_id: int, prompt_tokens: Any = ()) -> Any:
-            prompt = list(prompt_tokens)
-            return self.call("create", {"seq": seq_id, "prompt": prompt}, seq_id,
-                             lambda: create(seq_id, prompt))
-
-        def logged_pressure(level: int, pool_group: int, n: int) -> Any:
-            return self.call("pressure", {"level": level, "pool_group": pool_group, "slots": n},
-                             None, lambda: pressure(level, pool_group, n))
-
-        setattr(mgr, "create", logged_create)  # noqa: B010 (instance attribute on purpose)
-        setattr(mgr, "pressure", logged_pressure)  # noqa: B010
-        setattr(mgr, "inject_allocation_failure",  # noqa: B010
-                lambda: self.call("fail_allocation", {}, None, fail_alloc))
-        setattr(mgr, "inject_copy_failure",  # noqa: B010
-                lambda: self.call("fail_copy", {}, None, fail_copy))
+        for action in API.values():
+            if action.name in NOT_A_CALL:
+                continue
+            if action.name == "create" or "seq" not in action.param_names:
+                self._wrap(mgr, action, None)
 
     def instrument_sequence(self, kv: KVCache) -> None:
         """Wrap one sequence handle's API methods on this instance."""
-        sid = kv.seq_id
-        for name in ("resume", "stop_committing", "suspend", "close"):
-            method = getattr(kv, name)
-            setattr(kv, name, self._simple(name, sid, method))
-        resize, commit = kv.resize, kv.commit
+        for action in API.values():
+            if action.name != "create" and "seq" in action.param_names:
+                self._wrap(kv, action, kv.seq_id)
 
-        def logged_resize(capacity: int | None = None, history_length: int | None = None) -> Any:
-            cap = kv.capacity if capacity is None else capacity
-            h = kv.history if history_length is None else history_length
-            return self.call("resize", {"seq": sid, "capacity": cap, "history": h}, sid,
-                             lambda: resize(capacity, history_length))
+    def _wrap(self, target: Any, action: ApiAction, seq: int | None) -> None:
+        """Replace `target`'s method for `action` by one that logs each call with the
+        parameters in the table's names and order. A None argument for a table parameter
+        the target also has as an attribute means "keep the current value" (resize)."""
+        name = METHOD_OF.get(action.name, action.name)
+        method = getattr(target, name)
+        signature = inspect.signature(method)
+        kinds = {p.name: p.kind for p in action.params}
 
-        def logged_commit(tokens: Any) -> Any:
-            toks = list(tokens)
-            return self.call("commit", {"seq": sid, "tokens": toks}, sid, lambda: commit(toks))
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            given: dict[str, Any] = {"seq": seq} if seq is not None else {}
+            for arg, value in bound.arguments.items():
+                if kinds.get(PARAM_OF.get(arg, arg)) == "tokens":
+                    value = list(value)  # an iterator is read once: log and pass the list
+                    bound.arguments[arg] = value
+                given[PARAM_OF.get(arg, arg)] = value
+            params = {p: getattr(target, p) if given[p] is None else given[p]
+                      for p in action.param_names}
+            return self.call(action.name, params,
+                             params.get("seq"), lambda: method(*bound.args, **bound.kwargs))
 
-        setattr(kv, "resize", logged_resize)  # noqa: B010
-        setattr(kv, "commit", logged_commit)  # noqa: B010
-
-    def _simple(self, name: str, sid: int, method: Callable[[], Any]) -> Callable[[], Any]:
-        return lambda: self.call(name, {"seq": sid}, sid, method)
+        setattr(target, name, logged)
 
     def stream_completed(self, stream: int | str) -> None:
         """Record that a stream's outstanding work completed: a sequence id or "copy"."""
@@ -133,11 +128,11 @@ class EventLog:
              fn: Callable[[], Any]) -> Any:
         mgr = self._mgr
         where = page_locations(mgr)
-        mgr._choices = []  # a call rejected before it starts records nothing
+        mgr.transactions.reset_choices()  # a call rejected before it starts records nothing
         event: dict[str, Any] = {"action": action, "params": params}
         try:
             value = fn()
-        except e.KVPocketError as exc:
+        except KVPocketError as exc:
             event["choices"] = self._labels(where)
             event["result"] = {"error": error_category(exc)}
             self.write(event)

@@ -4,6 +4,8 @@ Meant to run between API calls (never inside one). An empty list means the
 state is consistent. The `unsafe` pocket policy is expected to break some of
 these (slot aliasing, a leaked host slot, a GPU page on a slot the GPU
 allocator considers free).
+
+Takes a `ManagerView` (`view.py`): `manager.py` imports this module, not the reverse.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from kvpocket.model.config import (
     stale_range,
 )
 
+from .radix import ROOT
+
 if TYPE_CHECKING:
-    from .manager import KVCacheManager
+    from .view import ManagerView
 
 
-def check_invariants(mgr: KVCacheManager) -> list[str]:
+def check_invariants(mgr: ManagerView) -> list[str]:
     st = mgr.storage
     cfg = mgr.cfg
     bad: list[str] = []
@@ -74,6 +78,19 @@ def check_invariants(mgr: KVCacheManager) -> list[str]:
                 qp = st.pages.get(pid)
                 if qp is None or qp.level != level:
                     bad.append(f"queue L{level} pg {g}: page {pid} is dead or elsewhere")
+    # The radix tree's bookkeeping: child counts, references by live sequences, and no
+    # node left that pruning should have removed (a leak) or removed too early.
+    children: Counter[int] = Counter(n.parent for n in st.tree.nodes.values())
+    refs: Counter[int] = Counter(nid for kv in mgr.seqs.values()
+                                 if kv.status is not SeqStatus.CLOSED for nid in kv.tree_nodes)
+    for n in st.tree.nodes.values():
+        if n.children != children[n.nid] or n.refs != refs[n.nid]:
+            bad.append(f"tree node {n.nid}: children/refs {n.children}/{n.refs} but the tree "
+                       f"and the live sequences say {children[n.nid]}/{refs[n.nid]}")
+        if not (n.children or n.refs or n.has_page()):
+            bad.append(f"tree node {n.nid}: no page, child or reference, yet not pruned")
+        if n.parent != ROOT and n.parent not in st.tree.nodes:
+            bad.append(f"tree node {n.nid}: its parent {n.parent} was pruned")
     for n in st.tree.nodes.values():
         for lc, tpid in enumerate(n.pages):
             if tpid is not None and (tpid not in st.pages or st.pages[tpid].node != n.nid):
@@ -83,10 +100,19 @@ def check_invariants(mgr: KVCacheManager) -> list[str]:
     t = cfg.tokens_per_block
     for sid, kv in mgr.seqs.items():
         w = f"seq {sid}"
+        if kv.status is SeqStatus.CLOSED:
+            # A closed sequence keeps nothing: one pass over its rows, not a block loop
+            # (the lockstep opens a new sequence per create, so closed ones pile up).
+            if (kv.tree_nodes or any(kv.pocket)
+                    or any(p is not None for row in kv.pages for p in row)
+                    or bool((kv.index != BAD_PAGE_INDEX).any())):
+                bad.append(f"{w}: CLOSED but still holds entries, index rows, tree nodes "
+                           "or parked pages")
+            continue
         if not len(kv.committed) <= kv.history <= kv.capacity:
             bad.append(f"{w}: committed {len(kv.committed)} <= history {kv.history} <= "
                        f"capacity {kv.capacity} violated")
-        if kv.status is not SeqStatus.CLOSED and kv.num_blocks != -(-kv.capacity // t):
+        if kv.num_blocks != -(-kv.capacity // t):
             bad.append(f"{w}: {kv.num_blocks} blocks for capacity {kv.capacity}")
         for nid in kv.tree_nodes:  # a live sequence's committed blocks outlive their pages
             if nid not in st.tree.nodes:
@@ -100,10 +126,12 @@ def check_invariants(mgr: KVCacheManager) -> list[str]:
                 bad.append(f"{w}: {kv.status.name} with a non-empty pocket")
         for lc, lcfg in enumerate(cfg.life_cycles):
             s, e = stale_range(lcfg, kv.history, t)
+            index = kv.index[lc].tolist()  # one conversion, not one NumPy scalar per block
+            pages, locked_row = kv.pages[lc], kv.locked[lc]
             for b in range(cfg.max_blocks):
-                page = kv.pages[lc][b] if b < len(kv.pages[lc]) else None
-                locked = b < len(kv.locked[lc]) and kv.locked[lc][b]
-                idx = int(kv.index[lc, b])
+                page = pages[b] if b < len(pages) else None
+                locked = b < len(locked_row) and locked_row[b]
+                idx = index[b]
                 if page is None:
                     if idx != BAD_PAGE_INDEX:
                         bad.append(f"{w} lc {lc} block {b}: index {idx} without a page")

@@ -5,6 +5,11 @@ non-stale: the page is at GPU and the index table holds its slot) or a
 *hold* (SUSPENDED, or a stale uncommitted block kept for a later commit).
 Every method validates first and mutates only through an `Op`, so a raised
 misuse error or a failed (rolled back) operation leaves everything unchanged.
+
+Layering: a handle knows the storage, the backend and the shared `Transactions`
+(which runs its ops and keeps the choice record), never the manager, so this
+module does not import `manager.py`; the manager builds handles and, for prefix
+reuse, hands the matched radix-tree nodes to `adopt_prefix`.
 """
 
 from __future__ import annotations
@@ -41,7 +46,11 @@ from .radix import ROOT
 from .undo import Op
 
 if TYPE_CHECKING:
-    from .manager import KVCacheManager
+    from kvpocket.model.config import KVConfig
+
+    from .backend.protocol import Backend
+    from .storage import Storage
+    from .transactions import Transactions
 
 
 def _next_stale_change(lcs: Sequence[LifeCycle], h: int, t: int) -> int:
@@ -65,14 +74,16 @@ def _del_tail(lst: list[Any], n: int) -> None:
 class KVCache:
     """Handle of one sequence. Create it with `KVCacheManager.create`."""
 
-    def __init__(self, mgr: KVCacheManager, seq_id: int) -> None:
-        cfg = mgr.cfg
-        self._mgr = mgr
-        self._st = mgr.storage
+    def __init__(self, seq_id: int, *, cfg: KVConfig, storage: Storage, backend: Backend,
+                 transactions: Transactions) -> None:
+        self._cfg = cfg
+        self._backend = backend
+        self._txn = transactions
+        self._st = storage
         self._lcs = cfg.life_cycles
         self._t = cfg.tokens_per_block
         self.seq_id = seq_id
-        self.stream = mgr.backend.new_stream(f"seq{seq_id}")
+        self.stream = backend.new_stream(f"seq{seq_id}")
         self.status = SeqStatus.SUSPENDED
         self.capacity = 0
         self.history = 0
@@ -92,8 +103,6 @@ class KVCache:
         self._max_cap = cfg.max_capacity
         self._device_index: Any = None
         self._index_dirty = True
-        if mgr.events is not None:  # the event log wraps this handle's API methods
-            mgr.events.instrument_sequence(self)
 
     # ---- public queries ----------------------------------------------------------------
     @property
@@ -108,10 +117,10 @@ class KVCache:
         """The page-index table of a life cycle (int32, `max_blocks` long, BAD = -1):
         a NumPy view on the NumPy backend, a device array on CuPy."""
         self._check_lc(lc)
-        if self._mgr.backend.name == "numpy":
+        if self._backend.name == "numpy":
             return self.index[lc]
         if self._index_dirty or self._device_index is None:
-            self._device_index = self._mgr.backend.device_table(self.index)
+            self._device_index = self._backend.device_table(self.index)
             self._index_dirty = False
         return self._device_index[lc]
 
@@ -123,6 +132,36 @@ class KVCache:
         self._check_lc(lc)
         return [p.pid for p in self.pocket[lc]]
 
+    # ---- prefix reuse (the manager's `create`) -----------------------------------------
+    def adopt_prefix(self, nodes: Sequence[int], prompt: Sequence[int], op: Op) -> None:
+        """Start as the committed prefix of the radix-tree `nodes` (matched from `prompt`):
+        acquire the nodes and hold every in-window page. Only for a fresh handle inside
+        `create`'s op: the handle's own fields are set directly (a failed create drops the
+        handle), the shared pages and nodes through `op`."""
+        t, st = self._t, self._st
+        m = len(nodes) * t
+        self.committed = list(prompt[:m])
+        self.capacity = self.history = m
+        self.num_blocks = self.num_committed_blocks = len(nodes)
+        self.tree_nodes = list(nodes)
+        for nid in nodes:
+            st.tree.acquire(nid, op)
+        for i, lc in enumerate(self._lcs):
+            s, e = stale_range(lc, m, t)
+            self._stale[i] = (s, e)
+            self.pages[i] = [None] * len(nodes)
+            self.locked[i] = [False] * len(nodes)
+            for b, nid in enumerate(nodes):
+                if s <= b < e:
+                    continue
+                pid = st.tree.nodes[nid].pages[i]
+                assert pid is not None
+                page = st.pages[pid]
+                self.pages[i][b] = page
+                op.set(page, "holds", page.holds + 1)
+                st.requeue(page, op)
+        self._next_change = _next_stale_change(self._lcs, m, t)
+
     # ---- checks ------------------------------------------------------------------------
     def _check_lc(self, lc: int) -> None:
         if isinstance(lc, bool) or not isinstance(lc, int) or not 0 <= lc < len(self._lcs):
@@ -131,7 +170,7 @@ class KVCache:
             )
 
     def _require(self, what: str, *allowed: SeqStatus) -> None:
-        self._mgr._check_open()
+        self._txn.check_open()
         if self.status is SeqStatus.CLOSED:
             raise SequenceClosedError(f"sequence {self.seq_id} is closed; cannot {what}")
         if self.status not in allowed:
@@ -209,7 +248,7 @@ class KVCache:
         return orphans
 
     def _parkable(self, page: Page) -> bool:
-        pc = self._mgr.cfg.pocket
+        pc = self._cfg.pocket
         return (pc.enabled and self._lcs[page.lc].is_swa
                 and (not page.committed or mutants.active("park-committed"))
                 and (self.commit_state is not CommitState.ALLOWED
@@ -236,14 +275,14 @@ class KVCache:
             else:
                 if not (mutants.active("zoo-overflow-orphan-leak") and park
                         and not page.committed
-                        and len(self.pocket[page.lc]) >= self._mgr.cfg.pocket.capacity):
+                        and len(self.pocket[page.lc]) >= self._cfg.pocket.capacity):
                     op.set(page, "holds", page.holds - 1)
                 self._st.settle(page, op, self.seq_id)
 
     def _pop(self, i: int, op: Op) -> tuple[int, Events, bool] | None:
         """Take a slot from the pocket (oldest first). Returns (slot, events, wait)."""
         pocket, st, seq = self.pocket[i], self._st, self.seq_id
-        policy = self._mgr.cfg.pocket.policy
+        policy = self._cfg.pocket.policy
         while pocket:
             page = pocket.popleft()
             if not mutants.active("pocket-pop-not-rolled-back"):
@@ -325,9 +364,9 @@ class KVCache:
             # Fast path: same blocks, same stale ranges; nothing to allocate or unlock.
             self.capacity = cap
             self.history = h
-            self._mgr._choices = []
+            self._txn.reset_choices()
             return True
-        return self._mgr._run_bool(lambda op: self._resize_slow(cap, h, nb, op))
+        return self._txn.run_bool(lambda op: self._resize_slow(cap, h, nb, op))
 
     def _resize_slow(self, cap: int, h: int, nb: int, op: Op) -> None:
         orphans = self._stale_transition(h, op)
@@ -402,7 +441,7 @@ class KVCache:
                 f"sequence {self.seq_id}: {len(self.committed)} committed + {len(toks)} "
                 f"new tokens exceed capacity {self.capacity}"
             )
-        self._mgr._run(lambda op: self._commit(toks, op))
+        self._txn.run(lambda op: self._commit(toks, op))
 
     def _commit(self, toks: list[int], op: Op) -> None:
         st, tree, t = self._st, self._st.tree, self._t
@@ -451,14 +490,14 @@ class KVCache:
     def stop_committing(self) -> None:
         self._require("stop_committing", SeqStatus.ACTIVE, SeqStatus.SUSPENDED)
         if self.commit_state is CommitState.USER_STOP:
-            self._mgr._choices = []
+            self._txn.reset_choices()
             return
 
         def body(op: Op) -> None:
             op.set(self, "commit_state", CommitState.USER_STOP)
             self._on_stop_committing(op)
 
-        self._mgr._run(body)
+        self._txn.run(body)
 
     # ---- suspend / resume / close ------------------------------------------------------
     def suspend(self) -> None:
@@ -477,12 +516,12 @@ class KVCache:
                             self._st.requeue(page, op)
             op.set(self, "status", SeqStatus.SUSPENDED)
 
-        self._mgr._run(body)
+        self._txn.run(body)
 
     def resume(self) -> bool:
         """Bring every in-window page to GPU and lock it; all or nothing."""
         self._require("resume", SeqStatus.SUSPENDED)
-        return self._mgr._run_bool(self._resume)
+        return self._txn.run_bool(self._resume)
 
     def _resume(self, op: Op) -> None:
         st = self._st
@@ -519,9 +558,9 @@ class KVCache:
 
     def close(self) -> None:
         """Release everything (last block first). Idempotent."""
-        self._mgr._check_open()
+        self._txn.check_open()
         if self.status is SeqStatus.CLOSED:
-            self._mgr._choices = []
+            self._txn.reset_choices()
             return
 
         def body(op: Op) -> None:
@@ -536,4 +575,4 @@ class KVCache:
             op.set(self, "commit_state", CommitState.USER_STOP)
             op.set(self, "status", SeqStatus.CLOSED)
 
-        self._mgr._run(body)
+        self._txn.run(body)

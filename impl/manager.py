@@ -13,35 +13,41 @@ Documented simplifications relative to the upstream manager:
 * a committed page keeps its page id (converted in place);
 * resize allocates ordinal-major (for each new block, for each life cycle);
 * sequence streams are created at `create`, one compute stream per sequence.
+
+Layering: this module sits on top of `impl/`. The op plumbing (run, roll back,
+choice record, shut-down flag) lives in `transactions.py`, shared with every
+`KVCache` handle; snapshot, invariants and the event log read the manager through
+the `ManagerView` protocol (`view.py`). Nothing in `impl/` imports this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from kvpocket.model.config import KVConfig, SeqStatus, stale_range
+from kvpocket.model.config import KVConfig, SeqStatus
 
 from .allocator import SlotPolicy
 from .backend import Backend, make_backend
 from .counters import CounterBook, Counters
 from .errors import (
     CapacityError,
-    CapacityFailure,
     DuplicateSequenceError,
     LeakError,
-    ManagerShutdownError,
     UnknownLevelError,
     UnknownSequenceError,
 )
 from .eventlog import EventLog
 from .eviction import VictimPolicy
+from .invariants import check_invariants
 from .kvcache import KVCache
+from .snapshot import build_snapshot, page_record
 from .storage import Storage
+from .transactions import Transactions
 from .undo import Choice, Op
 
 
@@ -89,8 +95,8 @@ class KVCacheManager:
                                victim_policy)
         self.seqs: dict[int, KVCache] = {}
         self.counters = CounterBook()
-        self._choices: list[Choice] = []
-        self._shut = False
+        # Runs every API call (the manager's and its handles'); owns the choice record.
+        self.transactions = Transactions(self.storage, self.counters)
         # One NDJSON event per API call (`impl/eventlog.py`, docs/adapter-guide.md).
         self.events: EventLog | None = None
         if event_log is not None:
@@ -114,38 +120,10 @@ class KVCacheManager:
     def victim_policy(self, policy: VictimPolicy) -> None:
         self.storage.victim_policy = policy
 
-    # ---- op plumbing -------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._shut:
-            raise ManagerShutdownError("the manager was shut down")
-
-    def _run(self, fn: Callable[[Op], None]) -> None:
-        op = Op()
-        self.storage.begin_op()
-        try:
-            fn(op)
-        except BaseException as exc:
-            op.rollback()
-            self._choices = [*op.choices, ("fail", type(exc).__name__)]
-            self.storage.begin_op()
-            raise
-        self._choices = op.choices
-        for work in op.deferred:
-            work()
-        self.counters.merge(op.counts)
-        self.storage.begin_op()
-
-    def _run_bool(self, fn: Callable[[Op], None]) -> bool:
-        try:
-            self._run(fn)
-        except CapacityFailure:
-            return False
-        return True
-
     # ---- sequences ---------------------------------------------------------------------
     def create(self, seq_id: int, prompt_tokens: Sequence[int] = ()) -> KVCache:
         """A new SUSPENDED cache; full prompt blocks found in the radix tree are reused."""
-        self._check_open()
+        self.transactions.check_open()
         if isinstance(seq_id, bool) or not isinstance(seq_id, int) or seq_id < 0:
             raise UnknownSequenceError(f"sequence id must be a non-negative int, got {seq_id!r}")
         if seq_id in self.seqs:
@@ -154,37 +132,12 @@ class KVCacheManager:
         prompt = list(prompt_tokens)
         if any(isinstance(x, bool) or not isinstance(x, int) for x in prompt):
             raise CapacityError("prompt tokens must be ints")
-        t = self.cfg.tokens_per_block
         nodes = self.storage.tree.match(prompt)[: self.cfg.max_blocks]
-        kv = KVCache(self, seq_id)
-
-        def body(op: Op) -> None:
-            m = len(nodes) * t
-            kv.committed = prompt[:m]
-            kv.capacity = kv.history = m
-            kv.num_blocks = kv.num_committed_blocks = len(nodes)
-            kv.tree_nodes = list(nodes)
-            for nid in nodes:
-                self.storage.tree.acquire(nid, op)
-            for i, lc in enumerate(self.cfg.life_cycles):
-                s, e = stale_range(lc, m, t)
-                kv._stale[i] = (s, e)
-                kv.pages[i] = [None] * len(nodes)
-                kv.locked[i] = [False] * len(nodes)
-                for b, nid in enumerate(nodes):
-                    if s <= b < e:
-                        continue
-                    pid = self.storage.tree.nodes[nid].pages[i]
-                    assert pid is not None
-                    page = self.storage.pages[pid]
-                    kv.pages[i][b] = page
-                    op.set(page, "holds", page.holds + 1)
-                    self.storage.requeue(page, op)
-            from .kvcache import _next_stale_change
-
-            kv._next_change = _next_stale_change(self.cfg.life_cycles, m, t)
-
-        self._run(body)
+        kv = KVCache(seq_id, cfg=self.cfg, storage=self.storage, backend=self.backend,
+                     transactions=self.transactions)
+        if self.events is not None:  # the event log wraps this handle's API methods
+            self.events.instrument_sequence(kv)
+        self.transactions.run(lambda op: kv.adopt_prefix(nodes, prompt, op))
         self.seqs[seq_id] = kv
         return kv
 
@@ -204,11 +157,14 @@ class KVCacheManager:
     def pressure(self, level: int, pool_group: int, n: int) -> bool:
         """Another tenant needs `n` free slots at (level, pool group): make them free
         (without taking them). False, and nothing changed, if impossible."""
-        self._check_open()
+        self.transactions.check_open()
         self._check_level(level, pool_group)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise CapacityError(f"pressure needs a non-negative int, got {n!r}")
-        return self._run_bool(lambda op: self.storage.make_room(level, pool_group, n, op, None))
+        most = self.cfg.slots_per_level[level]
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= most:
+            raise CapacityError(f"pressure: slots must be an int in [0, {most}] (the slots of "
+                                f"level {level}), got {n!r}")
+        return self.transactions.run_bool(
+            lambda op: self.storage.make_room(level, pool_group, n, op, None))
 
     def inject_allocation_failure(self) -> None:
         """The next slot allocation raises OutOfPagesError (its API call fails cleanly)."""
@@ -221,7 +177,7 @@ class KVCacheManager:
     # ---- observation -------------------------------------------------------------------
     def last_choices(self) -> list[Choice]:
         """Choices made by the last API call, in order (see `snapshot.py` for the schema)."""
-        return list(self._choices)
+        return self.transactions.last_choices()
 
     def counters_of(self, seq_id: int | None = None) -> Counters:
         return self.counters.of(seq_id)
@@ -231,13 +187,9 @@ class KVCacheManager:
         return self.storage.pools[level][pool_group]
 
     def snapshot(self) -> dict[str, Any]:
-        from .snapshot import build_snapshot
-
         return build_snapshot(self)
 
     def check_invariants(self) -> list[str]:
-        from .invariants import check_invariants
-
         return check_invariants(self)
 
     def synchronize(self) -> None:
@@ -246,7 +198,7 @@ class KVCacheManager:
     # ---- shutdown ----------------------------------------------------------------------
     def shutdown(self, raise_on_leak: bool = False) -> LeakReport:
         """Drop the reusable (tree-only) pages and report whatever is still alive."""
-        self._check_open()
+        self.transactions.check_open()
         self.backend.synchronize_all()
         st = self.storage
 
@@ -255,20 +207,18 @@ class KVCacheManager:
                 if page.alive and page.committed and page.holds == 0 and page.locks == 0:
                     st.drop(page, op, None)
 
-        self._run(body)
+        self.transactions.run(body)
         self.backend.synchronize_all()
         report = LeakReport()
         report.open_sequences = sorted(s for s, kv in self.seqs.items()
                                        if kv.status is not SeqStatus.CLOSED)
-        from .snapshot import page_record
-
         report.pages = [page_record(self, p) for p in st.pages.values()]
         owned = {(p.level, p.group, p.slot) for p in st.pages.values() if p.has_slot}
         for level, allocs in enumerate(st.allocs):
             for g, a in enumerate(allocs):
                 report.orphan_slots += [(level, g, s) for s in sorted(a.occupied)
                                         if (level, g, s) not in owned]
-        self._shut = True
+        self.transactions.shut()
         self.backend.close()
         if self.events is not None:
             self.events.close()

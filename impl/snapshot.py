@@ -47,6 +47,9 @@ Choice record (`manager.last_choices()`): the tuples one API call made, in order
 
 `choice_labels` translates a record into the labelled choices the model makes: the
 model decides a nested attempt with `can_make_room` and never makes the undone ones.
+
+The readers of the manager take a `ManagerView` (`view.py`), not its class: `manager.py`
+imports this module, so this one must not import it back.
 """
 
 from __future__ import annotations
@@ -54,13 +57,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .manager import KVCacheManager
     from .page import Page
+    from .view import ManagerView
 
 Where = tuple[int, int, int]  # (level, pool group, slot): the name both sides give a page
 
 
-def page_locations(mgr: KVCacheManager) -> dict[int, Where]:
+def page_locations(mgr: ManagerView) -> dict[int, Where]:
     """Where every live page sits now (call before the API call whose choices you label)."""
     return {p.pid: (p.level, p.group, p.slot) for p in mgr.storage.pages.values()}
 
@@ -88,7 +91,7 @@ def choice_labels(choices: list[tuple[Any, ...]], where: dict[int, Where]
     return out
 
 
-def page_record(mgr: KVCacheManager, p: Page) -> dict[str, Any]:
+def page_record(mgr: ManagerView, p: Page) -> dict[str, Any]:
     st = mgr.storage
     queued = any(p.pid in qs[p.group] for qs in st.queues)
     return {
@@ -101,7 +104,7 @@ def page_record(mgr: KVCacheManager, p: Page) -> dict[str, Any]:
     }
 
 
-def build_snapshot(mgr: KVCacheManager) -> dict[str, Any]:
+def build_snapshot(mgr: ManagerView) -> dict[str, Any]:
     st = mgr.storage
     slots = []
     queues = []

@@ -50,10 +50,8 @@ def _entry(ex: Executor, seq: int, lc: int, o: int) -> tuple[Term, Term]:
 
 
 def _free_count(ex: Executor, level: int, pg: int) -> Term:
-    base = ex.lay.level_offset(level) + pg * ex.lay.slots_at(level)
-    return ex.ops.count([
-        ex.ops.eq(ex.s.slot_owner[base + i], NONE) for i in range(ex.lay.slots_at(level))
-    ])
+    return ex.ops.count([ex.ops.eq(ex.s.slot_owner[i], NONE)
+                         for i in ex.lay.slot_range(level, pg)])
 
 
 def _slot_is_free(ex: Executor, level: int, pg: Term) -> Callable[[int], Term]:
@@ -449,8 +447,8 @@ def close(ex: Executor, seq: int) -> None:
     ops = ex.ops
     live = ops.or_(ops.eq(ex.s.seq_status[seq], int(SeqStatus.ACTIVE)),
                    ops.eq(ex.s.seq_status[seq], int(SeqStatus.SUSPENDED)))
-    for _ in ex.when(ops.eq(ex.s.seq_status[seq], int(SeqStatus.FREE))):
-        raise UnknownSequenceError(f"close: sequence {seq} was never created")
+    ex.require(ops.ne(ex.s.seq_status[seq], int(SeqStatus.FREE)),
+               UnknownSequenceError(f"close: sequence {seq} was never created"))
     for _ in ex.when(live):
         ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.USER_STOP))
         drain_pockets(ex, seq)
@@ -516,39 +514,107 @@ def advance(ex: Executor, stream: int) -> None:
         ex.do("complete", stream=stream)
 
 
+def fail_allocation(ex: Executor) -> None:
+    """The next slot allocation fails (OutOfPages); the enclosing action rolls back."""
+    ex.s = replace(ex.s, fault_alloc=True)
+
+
+def fail_copy(ex: Executor) -> None:
+    """The next migration copy fails; the enclosing action rolls back."""
+    ex.s = replace(ex.s, fault_copy=True)
+
+
+# ---- the API table ----------------------------------------------------------------------
+#
+# One record per API or environment action. Every engine derives its alphabet from it:
+# the executable model (`Model.run`), the lockstep and its Hypothesis rules, BMC's
+# instances, trace and event-log parsing, the trace checker and the spec's tables.
+
+PARAM_KINDS: dict[str, str] = {
+    "seq": "a sequence slot, 0 <= seq < num_sequences",
+    "tokens": "a list of token ids (ints)",
+    "length": "a token count, 0 <= n <= max_blocks * tokens_per_block",
+    "level": "a cache level, 0 (GPU) <= level < num_levels",
+    "pool_group": "a pool group, 0 <= pool_group < num_pool_groups",
+    "slots": "a slot count, 0 <= slots <= the slots of the level",
+    "stream": "a stream: a sequence slot, or num_sequences for the copy stream",
+    "count": "a number of tokens: the sequence's next n (the lockstep's form of commit)",
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # a PARAM_KINDS key: what values it takes, for parsers and generators
+
+
 @dataclass(frozen=True)
 class ApiAction:
     name: str
-    layer: str  # "api" or "env"
-    params: tuple[str, ...]
+    layer: str  # "api" (an integrator's call) or "env" (background work and faults)
+    params: tuple[Param, ...]  # in the program's argument order
+    program: Callable[..., None]  # program(ex, *args) over page actions
+    returns_bool: bool  # True, or False when OutOfPages rolled it back; else None
+    errors: tuple[str, ...]  # usage-error categories it may raise (state unchanged)
     precondition: str
-    doc: str
-    returns: str
+    concrete_only: bool = False  # reads token content: not part of the symbolic alphabet
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    @property
+    def doc(self) -> str:
+        return " ".join((self.program.__doc__ or "").split())
+
+    @property
+    def returns(self) -> str:
+        return "bool (False: OutOfPages, nothing changed)" if self.returns_bool else "None"
 
 
-API_ACTIONS: tuple[ApiAction, ...] = (
-    ApiAction("create", "api", ("seq", "prompt"), "sequence is FREE or CLOSED",
-              create.__doc__ or "", "None"),
-    ApiAction("resume", "api", ("seq",), "sequence is SUSPENDED", resume.__doc__ or "",
-              "bool (False: OutOfPages, nothing changed)"),
-    ApiAction("resize", "api", ("seq", "capacity", "history"),
-              "sequence is ACTIVE; history >= current history; history <= capacity <= max",
-              resize.__doc__ or "", "bool (False: OutOfPages, nothing changed)"),
-    ApiAction("commit", "api", ("seq", "tokens"),
+_SEQ = Param("seq", "seq")
+_SEQ_ERRORS = ("unknown_sequence", "sequence_state")
+
+API: dict[str, ApiAction] = {a.name: a for a in (
+    ApiAction("create", "api", (_SEQ, Param("prompt", "tokens")), create, False,
+              _SEQ_ERRORS, "sequence is FREE or CLOSED"),
+    ApiAction("resume", "api", (_SEQ,), resume, True, _SEQ_ERRORS, "sequence is SUSPENDED"),
+    ApiAction("resize", "api", (_SEQ, Param("capacity", "length"), Param("history", "length")),
+              resize, True, (*_SEQ_ERRORS, "history_decrease", "capacity"),
+              "sequence is ACTIVE; history >= current history; history <= capacity <= max"),
+    ApiAction("commit", "api", (_SEQ, Param("tokens", "tokens")), commit, False,
+              (*_SEQ_ERRORS, "commit", "capacity"),
               "sequence is ACTIVE and ALLOWED; committed + len(tokens) <= capacity",
-              commit.__doc__ or "", "bool"),
-    ApiAction("stop_committing", "api", ("seq",), "sequence is ACTIVE or SUSPENDED",
-              stop_committing.__doc__ or "", "None"),
-    ApiAction("suspend", "api", ("seq",), "sequence is ACTIVE", suspend.__doc__ or "", "None"),
-    ApiAction("close", "api", ("seq",), "sequence was created", close.__doc__ or "", "None"),
-    ApiAction("pressure", "env", ("level", "pool_group", "slots"),
-              "0 <= slots <= slots at level", pressure.__doc__ or "",
-              "bool (False: OutOfPages, nothing changed)"),
-    ApiAction("advance", "env", ("stream",), "0 <= stream <= num_sequences",
-              advance.__doc__ or "", "None"),
-    ApiAction("fail_allocation", "env", (), "always",
-              "The next slot allocation fails (OutOfPages); the enclosing action rolls back.",
-              "None"),
-    ApiAction("fail_copy", "env", (), "always",
-              "The next migration copy fails; the enclosing action rolls back.", "None"),
-)
+              concrete_only=True),
+    ApiAction("stop_committing", "api", (_SEQ,), stop_committing, False, _SEQ_ERRORS,
+              "sequence is ACTIVE or SUSPENDED"),
+    ApiAction("suspend", "api", (_SEQ,), suspend, False, _SEQ_ERRORS, "sequence is ACTIVE"),
+    ApiAction("close", "api", (_SEQ,), close, False, ("unknown_sequence",),
+              "sequence was created"),
+    ApiAction("pressure", "env", (Param("level", "level"), Param("pool_group", "pool_group"),
+                                  Param("slots", "slots")), pressure, True, ("capacity",),
+              "0 <= slots <= slots at level"),
+    ApiAction("advance", "env", (Param("stream", "stream"),), advance, False,
+              ("unknown_sequence",), "0 <= stream <= num_sequences"),
+    ApiAction("fail_allocation", "env", (), fail_allocation, False, (), "always"),
+    ApiAction("fail_copy", "env", (), fail_copy, False, (), "always"),
+)}
+
+
+def check_api_params(action: str, params: dict[str, object]) -> None:
+    """An API call's name and parameters, validated against the table (ValueError with a
+    message naming the action and the parameter)."""
+    if action not in API:
+        raise ValueError(f"unknown action '{action}'; expected one of {', '.join(API)}")
+    spec = API[action]
+    want, got = set(spec.param_names), set(params)
+    if want != got:
+        raise ValueError(f"action '{action}' takes parameters {sorted(want)}, got {sorted(got)}")
+    for p in spec.params:
+        v = params[p.name]
+        if p.kind == "tokens":
+            if not isinstance(v, (list, tuple)) or not all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in v):
+                raise ValueError(f"parameter '{p.name}' of '{action}' must be a list of ints")
+        elif isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"parameter '{p.name}' of '{action}' must be an int, got {v!r}")

@@ -59,6 +59,17 @@ class ChoiceRejected(ModelError):
         self.legal = legal
 
 
+class MissingChoice(ModelError):
+    """The model makes a choice the record (an event log) has no more of."""
+
+    category = "choice"
+
+    def __init__(self, kind: str, labels: list[object]) -> None:
+        super().__init__(f"the model makes a {kind} choice the record lacks; legal: {labels}")
+        self.kind = kind
+        self.labels = labels
+
+
 class OutOfPages(Exception):  # mirrors upstream OutOfPagesError
     """Raised inside an API action; the action rolls back and reports failure.
 

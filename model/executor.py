@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NoReturn, Protocol
+from typing import Literal, NoReturn, Protocol
 
-from .errors import ChoiceRejected, GuardViolation, OutOfPages, UsageError
+from .errors import ChoiceRejected, GuardViolation, MissingChoice, OutOfPages, UsageError
 from .logic import CONCRETE, Ops, Term
 from .pages import PAGE_ACTIONS
 from .state import Layout, State
@@ -39,27 +39,57 @@ class LowestChooser:
         return candidates[0]
 
 
-@dataclass
-class ScriptedChooser:
-    """Replays recorded choices, by kind, in order; kinds without a script pick the lowest.
+# The choices an implementation makes too (and records); "page" (which dead page record a
+# new page reuses) is the model's own bookkeeping.
+CHOICE_KINDS = ("slot", "victim", "pocket")
+OnMissing = Literal["lowest", "note", "raise"]
 
-    A recorded choice that is not legal raises `ChoiceRejected`: the recording
-    side (the implementation, a trace) did something the model forbids.
+
+@dataclass
+class RecordedChooser:
+    """Replays recorded choices, by kind, in order: the one chooser every engine uses.
+
+    `by="label"` matches a recorded label (a slot id, or the (level, pool group, slot) a
+    page sits in) against the candidates' labels, for the kinds in `CHOICE_KINDS` (a
+    lockstep step, an event log); `by="candidate"` matches candidate ids, for every kind
+    (a model trace). `script=None` records nothing: the lowest candidate everywhere.
+    When the model makes a scripted kind of choice the record has no more of,
+    `on_missing` says what happens: "lowest" takes the first candidate, "note" takes it and
+    notes the mismatch in `unmatched`, "raise" raises `MissingChoice`. A recorded choice
+    that is not legal raises `ChoiceRejected`.
     """
 
-    script: dict[str, list[int]] = field(default_factory=dict)
-    used: list[tuple[str, int]] = field(default_factory=list)
+    script: dict[str, list[object]] | None = None
+    by: Literal["label", "candidate"] = "label"
+    on_missing: OnMissing = "lowest"
+    unmatched: list[str] = field(default_factory=list)
 
     def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+        if self.script is None or (self.by == "label" and kind not in CHOICE_KINDS):
+            return candidates[0]
         queue = self.script.get(kind)
         if not queue:
-            pick = candidates[0]
-        else:
-            pick = queue.pop(0)
-            if pick not in candidates:
-                raise ChoiceRejected(kind, pick, list(candidates))
-        self.used.append((kind, pick))
-        return pick
+            if self.on_missing == "raise":
+                raise MissingChoice(kind, labels)
+            if self.on_missing == "note":
+                self.unmatched.append(f"the model chose a {kind} the record does not have")
+            return candidates[0]
+        want = _norm(queue.pop(0))
+        keys = [_norm(x) for x in (labels if self.by == "label" else candidates)]
+        for c, key in zip(candidates, keys, strict=True):
+            if key == want:
+                return c
+        raise ChoiceRejected(kind, want, keys)
+
+    def left(self) -> dict[str, list[object]]:
+        """Recorded choices the model did not make."""
+        return {k: v for k, v in (self.script or {}).items() if v}
+
+
+def _norm(label: object) -> object:
+    if isinstance(label, (tuple, list)):
+        return tuple(int(x) for x in label)
+    return int(label) if isinstance(label, int) else label
 
 
 class Executor(Protocol):

@@ -81,8 +81,8 @@ def pocket_entries_orphaned(lay: Layout, s: State) -> bool:
     referenced = set(s.entry)
     for seq in range(lay.seqs):
         for lc in range(lay.lcs):
-            for k in range(lay.pocket_cap):
-                page = s.pocket[(seq * lay.lcs + lc) * lay.pocket_cap + k]
+            for k in lay.pocket_range(seq, lc):
+                page = s.pocket[k]
                 if page == NONE:
                     continue
                 if not _page_ok(lay, page):

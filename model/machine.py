@@ -8,17 +8,30 @@ be applied one at a time (`apply`), which is how Z3 counterexamples replay.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import api
 from .config import KVConfig
-from .errors import OutOfPages
+from .errors import OutOfPages, UsageError
 from .executor import Chooser, ConcreteExecutor, LowestChooser, Step
 from .invariants import Invariant, Scope, violated
 from .logic import CONCRETE
 from .state import Layout, State
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one action returned: its value (True/False for the actions that return a
+    bool, else None) or the usage error it raised before changing anything."""
+
+    value: bool | None = None
+    error: UsageError | None = None
+
+    @property
+    def failed(self) -> bool:
+        """OutOfPages rolled the action back."""
+        return self.value is False
 
 
 class Model:
@@ -31,25 +44,45 @@ class Model:
         self.last_steps: list[Step] = []
         self.last_choices: list[tuple[str, int]] = []
         self.last_failure: str | None = None
+        self.last_post: State = self.state  # where the last program got to (even midway)
 
     # ---- running programs ----------------------------------------------------------------
-    def _run(self, program: Callable[..., None], *args: Any) -> bool:
-        ex = ConcreteExecutor(self.layout, self.state, self.chooser)
+    def run(self, action: str, params: dict[str, Any], chooser: Chooser | None = None
+            ) -> RunResult:
+        """Run one API or environment action (`api.API`) atomically: a usage error changes
+        nothing; OutOfPages rolls the state back exactly (an injected fault is consumed by
+        the failure it caused) and the action returns False. A rejected recorded choice
+        (`ChoiceRejected`, `MissingChoice`) or a guard violation propagates; `last_steps`
+        then holds the page actions that ran before it."""
+        spec = api.API.get(action)
+        if spec is None:
+            raise KeyError(f"unknown action '{action}'; expected one of {', '.join(api.API)}")
+        args = [tuple(params[n]) if isinstance(params[n], list) else params[n]
+                for n in spec.param_names]
+        ex = ConcreteExecutor(self.layout, self.state, chooser or self.chooser)
         self.last_failure = None
         try:
-            program(ex, *args)
+            spec.program(ex, *args)
+        except UsageError as exc:
+            return RunResult(None, exc)
         except OutOfPages as exc:
-            # Exact rollback; an injected fault is consumed by the failure it caused.
             if exc.consumed == "alloc":
                 self.state = replace(self.state, fault_alloc=False)
             elif exc.consumed == "copy":
                 self.state = replace(self.state, fault_copy=False)
-            self.last_steps, self.last_choices = ex.steps, ex.choices
             self.last_failure = str(exc)
-            return False
+            return RunResult(False if spec.returns_bool else None)
+        finally:  # also when a rejected choice or a guard stops the program midway
+            self.last_steps, self.last_choices, self.last_post = ex.steps, ex.choices, ex.s
         self.state = ex.s
-        self.last_steps, self.last_choices = ex.steps, ex.choices
-        return True
+        return RunResult(True if spec.returns_bool else None)
+
+    def call(self, name: str, params: dict[str, Any]) -> Any:
+        """Run an action by name; a usage error is raised (traces and scripts use this)."""
+        result = self.run(name, params)
+        if result.error is not None:
+            raise result.error
+        return result.value
 
     def apply(self, action: str, **params: int) -> None:
         """Apply one page-layer action (its guard must hold)."""
@@ -58,48 +91,41 @@ class Model:
         self.state = ex.s
         self.last_steps = ex.steps
 
-    # ---- the API --------------------------------------------------------------------------
+    # ---- the API (the same calls, by name, for a reader and as a mock) -------------------
     def create(self, seq: int, prompt: tuple[int, ...] | list[int] = ()) -> None:
-        self._run(api.create, seq, tuple(prompt))
+        self.call("create", {"seq": seq, "prompt": prompt})
 
     def resume(self, seq: int) -> bool:
-        return self._run(api.resume, seq)
+        return bool(self.call("resume", {"seq": seq}))
 
     def resize(self, seq: int, capacity: int, history: int) -> bool:
-        return self._run(api.resize, seq, capacity, history)
+        return bool(self.call("resize", {"seq": seq, "capacity": capacity, "history": history}))
 
     def commit(self, seq: int, tokens: tuple[int, ...] | list[int]) -> None:
-        self._run(api.commit, seq, tuple(tokens))
+        self.call("commit", {"seq": seq, "tokens": tokens})
 
     def stop_committing(self, seq: int) -> None:
-        self._run(api.stop_committing, seq)
+        self.call("stop_committing", {"seq": seq})
 
     def suspend(self, seq: int) -> None:
-        self._run(api.suspend, seq)
+        self.call("suspend", {"seq": seq})
 
     def close(self, seq: int) -> None:
-        self._run(api.close, seq)
+        self.call("close", {"seq": seq})
 
     # ---- the environment ------------------------------------------------------------------
     def pressure(self, level: int, pool_group: int, slots: int) -> bool:
-        return self._run(api.pressure, level, pool_group, slots)
+        return bool(self.call("pressure", {"level": level, "pool_group": pool_group,
+                                           "slots": slots}))
 
     def advance(self, stream: int) -> None:
-        self._run(api.advance, stream)
+        self.call("advance", {"stream": stream})
 
     def fail_allocation(self) -> None:
-        self.state = replace(self.state, fault_alloc=True)
+        self.call("fail_allocation", {})
 
     def fail_copy(self) -> None:
-        self.state = replace(self.state, fault_copy=True)
-
-    def call(self, name: str, params: dict[str, Any]) -> Any:
-        """Dispatch an API or environment action by name (traces and the lockstep use this)."""
-        if name not in {a.name for a in api.API_ACTIONS}:
-            allowed = ", ".join(a.name for a in api.API_ACTIONS)
-            raise KeyError(f"unknown action '{name}'; expected one of {allowed}")
-        method: Callable[..., Any] = getattr(self, name)
-        return method(**params)
+        self.call("fail_copy", {})
 
     # ---- checking -------------------------------------------------------------------------
     def violations(self, scope: Scope = "api") -> list[Invariant]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from .api import API_ACTIONS
+from .api import API
 from .config import KVConfig
 from .invariants import INVARIANTS
 from .logic import CONCRETE
@@ -100,10 +100,10 @@ def spec_json(cfg: KVConfig) -> dict[str, Any]:
             "name": name, "layer": "page", "parameters": [p.name for p in a.params],
             "guard": " and ".join(page_action_guard_text(cfg, name)), "doc": a.doc,
         })
-    for api in API_ACTIONS:
+    for api in API.values():
         actions.append({
-            "name": api.name, "layer": api.layer, "parameters": list(api.params),
-            "guard": api.precondition, "doc": " ".join(api.doc.split()), "returns": api.returns,
+            "name": api.name, "layer": api.layer, "parameters": list(api.param_names),
+            "guard": api.precondition, "doc": api.doc, "returns": api.returns,
         })
     invariants = [
         {"name": i.name, "statement": i.statement, "scope": i.scope,

@@ -135,6 +135,19 @@ class Layout:
             result = ops.ite(ops.and_(ops.eq(level, lv), in_range), flat, result)
         return result
 
+    def slot_range(self, level: int, pg: int) -> range:
+        """The flat indices of the slots of one (level, pool group), in slot order."""
+        base = self.level_offset(level) + pg * self.slots_at(level)
+        return range(base, base + self.slots_at(level))
+
+    def pocket_range(self, seq: int, lc: int | None = None) -> range:
+        """The flat pocket positions of a sequence (of one life cycle, or of all)."""
+        cap = self.pocket_cap
+        if lc is None:
+            return range(seq * self.lcs * cap, (seq + 1) * self.lcs * cap)
+        base = (seq * self.lcs + lc) * cap
+        return range(base, base + cap)
+
     def slot_coords(self, flat: int) -> tuple[int, int, int]:
         for lv in range(self.cfg.num_levels):
             n = self.slots_at(lv)

@@ -85,10 +85,10 @@ def test_index_links_every_doc() -> None:
 
 
 def test_adapter_guide_names_every_event_action() -> None:
-    from kvpocket.verify.trace import CHOICE_KINDS, EVENT_PARAMS, OBSERVED_KEYS
+    from kvpocket.verify.trace import CHOICE_KINDS, OBSERVED_KEYS, event_params
 
     guide = (ROOT / "docs" / "adapter-guide.md").read_text()
-    for name, params in EVENT_PARAMS.items():
+    for name, params in event_params().items():
         assert f"| `{name}` |" in guide
         for param in params:
             assert f"`{param}`" in guide

@@ -68,8 +68,8 @@ def abstract_model(m: Model) -> Abstract:
     queues = []
     for level in range(cfg.num_levels):
         for pg in range(cfg.num_pool_groups):
-            base = lay.level_offset(level) + pg * lay.slots_at(level)
-            occ = tuple(i for i in range(lay.slots_at(level)) if s.slot_owner[base + i] != NONE)
+            slots = lay.slot_range(level, pg)
+            occ = tuple(i - slots.start for i in slots if s.slot_owner[i] != NONE)
             occupied.append((level, pg, occ))
             queued = [p for p in where if s.queued[p] and where[p][:2] == (level, pg)]
             order = sorted(queued, key=lambda p: (cfg.life_cycles[s.lc[p]].priority, s.stamp[p]))

@@ -10,22 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kvpocket.impl import errors as impl_errors
-from kvpocket.model.errors import ChoiceRejected, UsageError
-
-# Implementation exception classes and the model category each corresponds to.
-IMPL_CATEGORY: dict[type[BaseException], str] = {
-    impl_errors.UnknownSequenceError: "unknown_sequence",
-    impl_errors.DuplicateSequenceError: "sequence_state",
-    impl_errors.SequenceClosedError: "sequence_state",
-    impl_errors.SequenceStateError: "sequence_state",
-    impl_errors.HistoryDecreaseError: "history_decrease",
-    impl_errors.CapacityError: "capacity",
-    impl_errors.CommitNotAllowedError: "commit",
-    impl_errors.UnknownLevelError: "capacity",
-}
+from kvpocket.impl.manager import KVCacheManager
+from kvpocket.model.api import API, Param
+from kvpocket.model.machine import RunResult
 
 
 @dataclass(frozen=True)
@@ -49,62 +39,113 @@ def impl_outcome(call: Callable[[], Any]) -> Outcome:
     try:
         value = call()
     except impl_errors.KVPocketError as exc:
-        for cls in type(exc).__mro__:
-            if cls in IMPL_CATEGORY:
-                return Outcome("error", IMPL_CATEGORY[cls], str(exc))
-        raise
-    return Outcome("ok", value if isinstance(value, bool) else None)
-
-
-def model_outcome(call: Callable[[], Any]) -> Outcome:
-    try:
-        value = call()
-    except ChoiceRejected:
-        raise
-    except UsageError as exc:
+        if exc.category is None:  # not a usage error: the implementation broke
+            raise
         return Outcome("error", exc.category, str(exc))
     return Outcome("ok", value if isinstance(value, bool) else None)
 
 
-@dataclass(frozen=True)
-class ActionSpec:
-    """An action of the lockstep alphabet: its parameters and whether it is environment."""
-
-    name: str
-    params: tuple[str, ...]
-    environment: bool
-    doc: str
+def outcome_of(result: RunResult) -> Outcome:
+    if result.error is not None:
+        return Outcome("error", result.error.category, str(result.error))
+    return Outcome("ok", result.value)
 
 
-ALPHABET: dict[str, ActionSpec] = {a.name: a for a in (
-    ActionSpec("create", ("seq", "prompt"), False, "create a sequence, reusing a committed prefix"),
-    ActionSpec("resume", ("seq",), False, "bring a sequence's pages to GPU and lock them"),
-    ActionSpec("resize", ("seq", "capacity", "history"), False,
-               "grow/shrink and advance the window; the harness writes and verifies data"),
-    ActionSpec("commit", ("seq", "n"), False, "commit the sequence's next n tokens"),
-    ActionSpec("stop_committing", ("seq",), False, "stop committing"),
-    ActionSpec("suspend", ("seq",), False, "suspend"),
-    ActionSpec("close", ("seq",), False, "close"),
-    ActionSpec("pressure", ("level", "pool_group", "slots"), True,
-               "another tenant needs free slots at a level"),
-    ActionSpec("advance", ("stream",), True,
-               "a stream's queued GPU work runs (stream num_sequences: the copy stream)"),
-    ActionSpec("fail_allocation", (), True, "the next slot allocation fails"),
-    ActionSpec("fail_copy", (), True, "the next migration copy fails"),
-)}
+# ---- the alphabet: the model's API table, in the form traces and the lockstep use ----------
+#
+# One difference from the API table: a lockstep step (and a trace line) names commit's
+# tokens by count, "the sequence's next n tokens", which the harness draws from its token
+# stream; so traces stay short and the data oracle knows every token. Event logs carry the
+# tokens themselves (the API form).
+TRACE_FORM: dict[str, dict[str, Param]] = {"commit": {"tokens": Param("n", "count")}}
+
+
+def trace_params(action: str) -> tuple[Param, ...]:
+    swap = TRACE_FORM.get(action, {})
+    return tuple(swap.get(p.name, p) for p in API[action].params)
+
+
+def alphabet() -> dict[str, tuple[Param, ...]]:
+    """Every action of the table, with its parameters in the trace form (read at call time:
+    an action added to the table is in the alphabet)."""
+    return {name: trace_params(name) for name in API}
 
 
 def check_params(action: str, params: dict[str, Any]) -> None:
     """A trace line's action and parameters, validated with a clear message."""
-    if action not in ALPHABET:
-        raise ValueError(f"unknown action '{action}'; expected one of {', '.join(ALPHABET)}")
-    want = set(ALPHABET[action].params)
+    if action not in API:
+        raise ValueError(f"unknown action '{action}'; expected one of {', '.join(API)}")
+    want = {p.name for p in trace_params(action)}
     got = set(params)
     if want != got:
         raise ValueError(f"action '{action}' takes parameters {sorted(want)}, got {sorted(got)}")
-    for k, v in params.items():
-        if k == "prompt":
+    for p in trace_params(action):
+        v = params[p.name]
+        if p.kind == "tokens":
             if not isinstance(v, list) or not all(isinstance(x, int) for x in v):
-                raise ValueError(f"parameter 'prompt' of '{action}' must be a list of ints")
+                raise ValueError(f"parameter '{p.name}' of '{action}' must be a list of ints")
         elif isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"parameter '{k}' of '{action}' must be an int, got {v!r}")
+            raise ValueError(f"parameter '{p.name}' of '{action}' must be an int, got {v!r}")
+
+
+# ---- the implementation's side of each action --------------------------------------------
+
+
+class Harness(Protocol):
+    """What an implementation call needs from the lockstep: the manager, the map from
+    model sequence slots to implementation ids, and the harness's token streams."""
+
+    impl: KVCacheManager
+
+    def impl_seq(self, seq: int) -> int: ...
+    def open_seq(self, seq: int, prompt: list[int]) -> int: ...
+    def tokens(self, seq: int, start: int, n: int) -> list[int]: ...
+    def run_stream(self, stream: int) -> None: ...
+
+
+ImplCall = Callable[[Harness, dict[str, Any]], Any]
+
+
+def _create(h: Harness, p: dict[str, Any]) -> Any:
+    return h.impl.create(h.open_seq(p["seq"], list(p["prompt"])), list(p["prompt"]))
+
+
+def _commit(h: Harness, p: dict[str, Any]) -> Any:
+    kv = h.impl.get(h.impl_seq(p["seq"]))
+    return kv.commit(h.tokens(p["seq"], len(kv.committed), p["n"]))
+
+
+def _advance(h: Harness, p: dict[str, Any]) -> Any:
+    h.run_stream(p["stream"])
+
+
+# Actions whose implementation call is not the default one: a sequence action is the
+# method of the same name on the sequence's handle, with the other parameters in table
+# order; an environment action is the manager's method of the same name.
+IMPL_CALLS: dict[str, ImplCall] = {
+    "create": _create,
+    "commit": _commit,
+    "advance": _advance,
+    "fail_allocation": lambda h, p: h.impl.inject_allocation_failure(),
+    "fail_copy": lambda h, p: h.impl.inject_copy_failure(),
+}
+
+
+def call_impl(h: Harness, action: str, params: dict[str, Any]) -> Any:
+    special = IMPL_CALLS.get(action)
+    if special is not None:
+        return special(h, params)
+    spec = API[action]
+    rest = [params[p.name] for p in spec.params if p.name != "seq"]
+    if any(p.name == "seq" for p in spec.params):
+        return getattr(h.impl.get(h.impl_seq(params["seq"])), action)(*rest)
+    return getattr(h.impl, action)(*rest)
+
+
+def model_params(h: Harness, action: str, params: dict[str, Any], committed: int
+                 ) -> dict[str, Any]:
+    """A trace step's parameters in the API form (`committed`: the sequence's committed
+    token count before the step, where commit's next tokens start)."""
+    if action == "commit":
+        return {"seq": params["seq"], "tokens": h.tokens(params["seq"], committed, params["n"])}
+    return params

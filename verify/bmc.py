@@ -36,7 +36,6 @@ from kvpocket.model.state import Layout, State
 from .solver import check, int_value, is_true
 from .symbolic import (
     ChoiceRecord,
-    SymbolicExecutor,
     effect_state,
     get_slot,
     guard_term,
@@ -47,14 +46,6 @@ from .symbolic import (
 )
 from .trace import TraceStep, run_api_step
 from .z3ops import Z3OPS, Z3Term, bitvectors, int_var, lit, tag, to_z3, values
-
-
-def _fail_allocation(ex: SymbolicExecutor) -> None:
-    ex.s = replace(ex.s, fault_alloc=True)
-
-
-def _fail_copy(ex: SymbolicExecutor) -> None:
-    ex.s = replace(ex.s, fault_copy=True)
 
 
 @dataclass
@@ -73,35 +64,57 @@ class ApiInstance:
 
 
 def api_instances(cfg: KVConfig) -> list[ApiInstance]:
-    """The API alphabet BMC explores, enumerated from the configuration.
+    """The API alphabet BMC explores, derived from the API table (`api.API`).
 
-    Per sequence: `create(seq, prompt=())`, `resume`, `resize(seq, c, h)` with c and h
-    symbolic (0 <= h <= c <= max capacity; the model's own requires add h >= history),
-    `stop_committing`, `suspend`, `close`; then `pressure(level, pool_group, n)` for
-    1 <= n <= slots at the level, `advance(stream)` for every stream, and the fault
-    injections `fail_allocation` / `fail_copy`. `commit` is left out (it reads token
-    content, which stays concrete).
+    Sequence actions per sequence, in table order (a prompt is empty; token counts, resize's
+    capacity and history, are symbolic in [0, max capacity]; the model's own requires
+    add the rest); then the other actions with every value of their parameters (a
+    pressure of 1..the level's slots: 0 changes nothing). Actions that read token content
+    (`concrete_only`: commit) are left out.
     """
     out: list[ApiInstance] = []
-    cap = cfg.max_capacity
+    symbolic = (0, cfg.max_capacity)
+    actions = [a for a in api.API.values() if not a.concrete_only]
+
+    def instances(a: api.ApiAction, fixed: dict[str, Any]) -> list[ApiInstance]:
+        todo = [p for p in a.params if p.name not in fixed]
+        if not todo:
+            sym = {n: symbolic for n, v in fixed.items() if v is _SYMBOLIC}
+            return [ApiInstance(a.name, {n: v for n, v in fixed.items() if v is not _SYMBOLIC},
+                                a.program, sym)]
+        p = todo[0]
+        return [i for v in _values(cfg, p.kind, fixed) for i in instances(a, {**fixed, p.name: v})]
+
     for q in range(cfg.num_sequences):
-        out.append(ApiInstance("create", {"seq": q, "prompt": ()}, api.create))
-        out.append(ApiInstance("resume", {"seq": q}, api.resume))
-        out.append(ApiInstance("resize", {"seq": q}, api.resize,
-                               {"capacity": (0, cap), "history": (0, cap)}))
-        out.append(ApiInstance("stop_committing", {"seq": q}, api.stop_committing))
-        out.append(ApiInstance("suspend", {"seq": q}, api.suspend))
-        out.append(ApiInstance("close", {"seq": q}, api.close))
-    for lv, n in enumerate(cfg.slots_per_level):
-        for pg in range(cfg.num_pool_groups):
-            for k in range(1, n + 1):
-                out.append(ApiInstance("pressure", {"level": lv, "pool_group": pg, "slots": k},
-                                       api.pressure))
-    for stream in range(cfg.num_sequences + 1):
-        out.append(ApiInstance("advance", {"stream": stream}, api.advance))
-    out.append(ApiInstance("fail_allocation", {}, _fail_allocation))
-    out.append(ApiInstance("fail_copy", {}, _fail_copy))
+        for a in actions:
+            if "seq" in a.param_names:
+                out += instances(a, {"seq": q})
+    for a in actions:
+        if "seq" not in a.param_names:
+            out += instances(a, {})
     return out
+
+
+_SYMBOLIC = object()  # a parameter value left to the solver
+
+
+def _values(cfg: KVConfig, kind: str, fixed: dict[str, Any]) -> list[Any]:
+    """Every value BMC tries for a parameter of this kind."""
+    if kind == "length":
+        return [_SYMBOLIC]
+    if kind == "tokens":
+        return [()]
+    if kind == "seq":
+        return list(range(cfg.num_sequences))
+    if kind == "level":
+        return list(range(cfg.num_levels))
+    if kind == "pool_group":
+        return list(range(cfg.num_pool_groups))
+    if kind == "slots":
+        return list(range(1, cfg.slots_per_level[fixed["level"]] + 1))
+    if kind == "stream":
+        return list(range(cfg.num_sequences + 1))
+    raise ValueError(f"BMC has no values for parameter kind {kind!r}")
 
 
 @dataclass

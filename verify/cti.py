@@ -52,8 +52,7 @@ def describe_state(lay: Layout, s: State) -> list[str]:
                 kind = "lock" if s.entry_locked[e] else "holder"
                 lines.append(f"block (seq {q}, lc {lc}, #{o}): {kind} of page {s.entry[e]}, "
                              f"index={s.index[e]}")
-            base = (q * lay.lcs + lc) * lay.pocket_cap
-            pocket = s.pocket[base: base + lay.pocket_cap]
+            pocket = [s.pocket[i] for i in lay.pocket_range(q, lc)]
             if any(x != NONE for x in pocket):
                 lines.append(f"pocket (seq {q}, lc {lc}): {list(pocket)}")
     for f in SCALARS:

@@ -33,7 +33,7 @@ from .trace import Trace, TraceStep
 
 def expected_rare_states(cfg: KVConfig) -> list[str]:
     """The rare states a campaign on this configuration must reach to not be vacuous."""
-    out = ["prefix reused", "injected failure rolled back"]
+    out = ["prefix reused", "injected failure rolled back", "shrunk by several blocks"]
     if cfg.num_levels > 1:
         out += ["committed page dropped", "resumed from a lower level"]
     if cfg.num_levels > 2:

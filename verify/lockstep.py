@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kvpocket.impl.backend.numpy_sim import NumpyBackend
+from kvpocket.impl.errors import UnknownLifeCycleError
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.impl.snapshot import Where, choice_labels, page_locations
-from kvpocket.model.config import GPU_LEVEL, NONE, CommitState, KVConfig, SeqStatus
+from kvpocket.model.config import GPU_LEVEL, NONE, CommitState, KVConfig, SeqStatus, stale_range
 from kvpocket.model.errors import ChoiceRejected
-from kvpocket.model.machine import Model
+from kvpocket.model.executor import CHOICE_KINDS, RecordedChooser
+from kvpocket.model.machine import Model, RunResult
 from kvpocket.model.state import State
 
 from .abstraction import abstract_impl, abstract_model, diff
-from .adapter import Outcome, check_params, impl_outcome, model_outcome
+from .adapter import Outcome, call_impl, check_params, impl_outcome, model_params, outcome_of
 
 UNUSED_ID_BASE = 1_000_000  # implementation id used for a model slot never created
 
@@ -39,28 +41,6 @@ class Divergence(AssertionError):
         self.step = step
         self.kind = kind
         self.lines = lines
-
-
-@dataclass
-class LockstepChooser:
-    """Feeds the implementation's recorded choices to the model, matched by label: a slot
-    id, or the (level, pool group, slot) a page sits in."""
-
-    script: dict[str, list[object]] = field(default_factory=dict)
-    unmatched: list[str] = field(default_factory=list)
-
-    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
-        if kind == "page":  # a model page record: not a choice the implementation makes
-            return candidates[0]
-        queue = self.script.get(kind)
-        if not queue:
-            self.unmatched.append(f"the model chose a {kind} the implementation did not")
-            return candidates[0]
-        want = queue.pop(0)
-        for c, lab in zip(candidates, labels, strict=True):
-            if lab == want:
-                return c
-        raise ChoiceRejected(kind, want, labels)
 
 
 @dataclass
@@ -107,18 +87,20 @@ class Lockstep:
             return self.oracle.token_for(self._id(seq), pos)
         return (seq * 7919 + pos * 104729) % 50000
 
-    def _translate_choices(self, where: dict[int, Where]) -> LockstepChooser:
-        ch = LockstepChooser({"slot": [], "victim": [], "pocket": []})
+    def _translate_choices(self, where: dict[int, Where]) -> RecordedChooser:
+        """The implementation's choices as the model's chooser: by label, and a choice the
+        model makes that the implementation did not is noted (a divergence)."""
+        script: dict[str, list[object]] = {kind: [] for kind in CHOICE_KINDS}
         for kind, label in choice_labels(self.impl.last_choices(), where):
-            ch.script[kind].append(label)
-        return ch
+            script[kind].append(label)
+        return RecordedChooser(script, by="label", on_missing="note")
 
     # ---- the step ----------------------------------------------------------------------
     def step(self, action: str, params: dict[str, Any]) -> StepRecord:
         check_params(action, params)
         n = len(self.records)
         where = page_locations(self.impl)
-        self.impl._choices = []  # a call rejected before it starts records nothing
+        self.impl.transactions.reset_choices()  # a call rejected before it starts records nothing
         try:
             impl_out = impl_outcome(lambda: self._call_impl(action, params))
         except Exception as exc:  # not an API error: the implementation broke
@@ -128,7 +110,7 @@ class Lockstep:
         self.model.chooser = chooser
         pre_model = self.model.state
         try:
-            model_out = model_outcome(lambda: self._call_model(action, params))
+            model_out = outcome_of(self._call_model(action, params))
         except ChoiceRejected as exc:
             raise Divergence(n, "the model rejects the implementation's choice", [
                 f"{action}({_fmt(params)}): implementation {impl_out}",
@@ -177,8 +159,44 @@ class Lockstep:
         bad_impl = self.impl.check_invariants()
         if bad_impl:
             raise Divergence(n, "implementation invariant violated", [where, *bad_impl])
+        bad_query = self._check_queries()
+        if bad_query:
+            raise Divergence(n, "the implementation's queries differ", [where, *bad_query])
         if self.oracle is not None:
             self._collect_data(n, where)
+
+    BAD_LIFE_CYCLES: tuple[object, ...] = (-1, True, 1.5, "0")
+
+    def _check_queries(self) -> list[str]:
+        """A sequence handle's read-only queries against the model: each life cycle's stale
+        range and pocket size, and a clear error for a life cycle that does not exist."""
+        s, t = self.model.state, self.cfg.tokens_per_block
+        out: list[str] = []
+        for seq, sid in self.impl_id.items():
+            kv = self.impl.seqs.get(sid)
+            if kv is None or s.seq_status[seq] not in (SeqStatus.ACTIVE, SeqStatus.SUSPENDED):
+                continue
+            for lc, life in enumerate(self.cfg.life_cycles):
+                want = stale_range(life, s.history[seq], t)
+                if kv.stale_range(lc) != want:
+                    out.append(f"seq {seq} lc {lc}: stale_range {kv.stale_range(lc)}, "
+                               f"model {want}")
+                if len(kv.pocket_pages(lc)) != self._pocket_size(seq, lc):
+                    out.append(f"seq {seq} lc {lc}: pocket_pages {kv.pocket_pages(lc)}, "
+                               f"model holds {self._pocket_size(seq, lc)} parked pages")
+            for bad in (*self.BAD_LIFE_CYCLES, self.cfg.num_life_cycles):
+                for query in (kv.stale_range, kv.pocket_pages, kv.page_table):
+                    try:
+                        query(bad)  # type: ignore[arg-type]
+                    except UnknownLifeCycleError:
+                        continue
+                    except Exception as exc:  # any other outcome is the finding
+                        out.append(f"{query.__name__}({bad!r}) raised {type(exc).__name__}, "
+                                   "not UnknownLifeCycleError")
+                        continue
+                    out.append(f"{query.__name__}({bad!r}) accepted a life cycle that does "
+                               "not exist")
+        return out
 
     def _collect_data(self, n: int, where: str) -> None:
         assert self.oracle is not None
@@ -202,49 +220,34 @@ class Lockstep:
             raise Divergence(len(self.records), "data oracle: wrong data",
                              ["after running all outstanding work", *(str(b) for b in bad)])
 
-    # ---- the two sides -----------------------------------------------------------------
+    # ---- the two sides (the adapter's `Harness`) ---------------------------------------
     def _call_impl(self, action: str, p: dict[str, Any]) -> Any:
-        impl = self.impl
-        if action == "create":
-            seq = p["seq"]
-            status = self.model.state.seq_status[seq] if 0 <= seq < self.cfg.num_sequences \
-                else SeqStatus.FREE
-            if status in (SeqStatus.FREE, SeqStatus.CLOSED) and seq in range(self.cfg.num_sequences):
-                self.impl_id[seq] = self.next_id
-                self.next_id += 1
-                self.stream_tokens[seq] = list(p["prompt"])
-                self.written[seq] = 0
-            return impl.create(self._id(seq), list(p["prompt"]))
-        if action in ("resume", "stop_committing", "suspend", "close"):
-            return getattr(impl.get(self._id(p["seq"])), action)()
-        if action == "resize":
-            return impl.get(self._id(p["seq"])).resize(p["capacity"], p["history"])
-        if action == "commit":
-            kv = impl.get(self._id(p["seq"]))
-            start = len(kv.committed)
-            return kv.commit(self._commit_tokens(p["seq"], start, p["n"]))
-        if action == "pressure":
-            return impl.pressure(p["level"], p["pool_group"], p["slots"])
-        if action == "advance":
-            return self._advance_impl(p["stream"])
-        if action == "fail_allocation":
-            return impl.inject_allocation_failure()
-        if action == "fail_copy":
-            return impl.inject_copy_failure()
-        raise AssertionError(action)
+        return call_impl(self, action, p)
 
-    def _commit_tokens(self, seq: int, start: int, n: int) -> list[int]:
+    def _call_model(self, action: str, p: dict[str, Any]) -> RunResult:
+        seq = p.get("seq")
+        committed = int(self.model.state.committed_tokens[seq]) \
+            if isinstance(seq, int) and 0 <= seq < self.cfg.num_sequences else 0
+        return self.model.run(action, model_params(self, action, p, committed))
+
+    def impl_seq(self, seq: int) -> int:
+        return self._id(seq)
+
+    def open_seq(self, seq: int, prompt: list[int]) -> int:
+        """A create: a fresh implementation id when the model's slot is free or closed."""
+        if seq in range(self.cfg.num_sequences) and self.model.state.seq_status[seq] in (
+                SeqStatus.FREE, SeqStatus.CLOSED):
+            self.impl_id[seq] = self.next_id
+            self.next_id += 1
+            self.stream_tokens[seq] = list(prompt)
+            self.written[seq] = 0
+        return self._id(seq)
+
+    def tokens(self, seq: int, start: int, n: int) -> list[int]:
         return [self._token(seq, pos) for pos in range(start, start + n)]
 
-    def _call_model(self, action: str, p: dict[str, Any]) -> Any:
-        m = self.model
-        if action == "commit":
-            start = int(m.state.committed_tokens[p["seq"]]) if 0 <= p["seq"] < self.cfg.num_sequences \
-                else 0
-            return m.commit(p["seq"], self._commit_tokens(p["seq"], start, p["n"]))
-        if action == "create":
-            return m.create(p["seq"], tuple(p["prompt"]))
-        return m.call(action, p)
+    def run_stream(self, stream: int) -> None:
+        self._advance_impl(stream)
 
     def _advance_impl(self, stream: int) -> None:
         backend = self.impl.backend
@@ -334,6 +337,11 @@ class Lockstep:
                 ev.append("stale page released at pocket capacity")
             if stale and s.commit_state[params["seq"]] == CommitState.ALLOWED:
                 ev.append("stale block held for committing")
+            dropped = {st.params["ordinal"] for st in self.model.last_steps
+                       if st.action == "release_holder" and st.params["ordinal"] * t
+                       >= params["capacity"]}
+            if len(dropped) >= 2:
+                ev.append("shrunk by several blocks")
         if any(self._pocket_size(q, c) == lay.pocket_cap
                for q in range(lay.seqs) for c in range(lay.lcs)):
             ev.append("pocket full")
@@ -351,8 +359,7 @@ class Lockstep:
         lay, s = self.model.layout, self.model.state
         if not len(s.pocket):
             return 0
-        return sum(1 for k in range(lay.pocket_cap)
-                   if s.pocket[lay.pocket_ix(self.model.ops, seq, lc, k)] != NONE)
+        return sum(1 for i in lay.pocket_range(seq, lc) if s.pocket[i] != NONE)
 
     def pocket_occupancy(self) -> int:
         return sum(1 for p in self.model.state.pocket if p != NONE)
@@ -365,6 +372,7 @@ RARE_STATES: tuple[str, ...] = (
     "nested make-room rolled back", "committed page dropped", "resumed from a lower level",
     "several blocks left the window at once", "stale page released at pocket capacity",
     "stale block held for committing", "resumed with blocks held for committing",
+    "shrunk by several blocks",
 )
 
 

@@ -18,8 +18,9 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kvpocket.model.config import CommitState, KVConfig, SeqStatus
+from kvpocket.model.config import GPU_LEVEL, NONE, CommitState, KVConfig, SeqStatus
 
+from .adapter import alphabet
 from .lockstep import Divergence, Lockstep
 
 Trace = list[tuple[str, dict[str, Any]]]
@@ -113,13 +114,11 @@ class LockstepMachine(RuleBasedStateMachine):
 
     def _pocket_of(self, seq: int) -> int:
         lay, s = self.ls.model.layout, self._state()
-        per_seq = lay.lcs * lay.pocket_cap
-        return sum(p != -1 for p in s.pocket[seq * per_seq:(seq + 1) * per_seq])
+        return sum(s.pocket[i] != NONE for i in lay.pocket_range(seq))
 
     def _free_gpu(self, pool_group: int) -> int:
         lay, s = self.ls.model.layout, self._state()
-        base = pool_group * lay.slots_at(0)
-        return sum(x == -1 for x in s.slot_owner[base:base + lay.slots_at(0)])
+        return sum(s.slot_owner[i] == NONE for i in lay.slot_range(GPU_LEVEL, pool_group))
 
     RACES = ("pressure", "steal", "burst", "suspend", "close", "fill")
 
@@ -192,13 +191,40 @@ class LockstepMachine(RuleBasedStateMachine):
         self._step("resize", {"seq": seq, "capacity": s.capacity[seq],
                               "history": min(s.history[seq] + tokens, s.capacity[seq])})
 
-    @rule(data=st.data(), grow=st.integers(-2, 8), advance=st.integers(0, 3))
+    @rule(data=st.data(), grow=st.integers(-8, 8), advance=st.integers(0, 3))
     def resize(self, data: st.DataObject, grow: int, advance: int) -> None:
+        """Grow, or shrink by up to eight tokens (several blocks at once), and advance."""
         seq = data.draw(self.seqs(), label="seq")
         s = self._state()
         h = min(s.history[seq] + advance, self.cfg.max_capacity)
         cap = max(0, min(s.capacity[seq] + grow, self.cfg.max_capacity))
         self._step("resize", {"seq": seq, "capacity": max(cap, h), "history": h})
+
+    @rule(data=st.data())
+    def suspend_while_committing(self, data: st.DataObject) -> None:
+        """A sequence that keeps committing decodes past its window (the blocks that leave
+        it are held for a commit, not parked), then suspends and resumes: the held stale
+        blocks must stay held and unmapped."""
+        seq = data.draw(self.seqs(), label="seq")
+        self._restart(seq, [])
+        window = max((lc.window or 0) for lc in self.cfg.life_cycles)
+        for _ in range(window + 2 * self.cfg.tokens_per_block):
+            self._decode(seq)
+        self._step("suspend", {"seq": seq})
+        self._step("resume", {"seq": seq})
+
+    @rule(data=st.data(), blocks=st.integers(2, 3))
+    def grow_and_shrink(self, data: st.DataObject, blocks: int) -> None:
+        """Grow by several blocks, then give them all back in one resize (a shrink of
+        several blocks at once, last block first)."""
+        seq = data.draw(self.seqs(), label="seq")
+        if self._state().seq_status[seq] != SeqStatus.ACTIVE:
+            self._restart(seq, [])
+        s = self._state()
+        cap, h = s.capacity[seq], s.history[seq]
+        self._step("resize", {"seq": seq, "history": h, "capacity": min(
+            cap + blocks * self.cfg.tokens_per_block, self.cfg.max_capacity)})
+        self._step("resize", {"seq": seq, "capacity": cap, "history": h})
 
     @rule(data=st.data())
     def reuse_prefix(self, data: st.DataObject) -> None:
@@ -287,6 +313,37 @@ class LockstepMachine(RuleBasedStateMachine):
         """Close a sequence; half the time the one with the fullest pocket."""
         seq = self._fullest_pocket() if fullest else data.draw(self.seqs(), label="seq")
         self._step("close", {"seq": seq})
+
+    # ---- any action of the table, with parameters drawn by kind ----------------------------
+    @rule(data=st.data())
+    def any_action(self, data: st.DataObject) -> None:
+        """One action of the API table (`model.api.API`) with parameters drawn from their
+        kinds: an action added to the table is fuzzed without a rule of its own, and
+        out-of-range values exercise both sides' usage errors."""
+        action = data.draw(st.sampled_from(sorted(alphabet())), label="action")
+        params = {p.name: data.draw(self._values(p.kind), label=p.name)
+                  for p in alphabet()[action]}
+        self._step(action, params)
+
+    def _values(self, kind: str) -> st.SearchStrategy[Any]:
+        cfg = self.cfg
+        if kind == "seq":
+            return self.seqs()
+        if kind == "tokens":
+            return st.lists(st.integers(0, 1), max_size=6)
+        if kind == "length":
+            return st.integers(0, cfg.max_capacity)
+        if kind == "count":
+            return st.integers(1, 4)
+        if kind == "level":
+            return st.integers(0, cfg.last_level)
+        if kind == "pool_group":
+            return st.integers(0, cfg.num_pool_groups - 1)
+        if kind == "slots":
+            return st.integers(0, max(cfg.slots_per_level))
+        if kind == "stream":
+            return st.integers(0, cfg.num_sequences)
+        raise ValueError(f"no strategy for parameter kind {kind!r}")
 
     # ---- environment rules: background work and faults ---------------------------------------
     @rule(data=st.data(), slots=st.integers(1, 3))

@@ -217,19 +217,14 @@ class StepRecord:
 
 
 class SymbolicExecutor:
-    def __init__(self, lay: Layout, state: State, prefix: str,
-                 skip_whens: frozenset[int] = frozenset(), reduce_symmetry: bool = False
+    def __init__(self, lay: Layout, state: State, prefix: str, reduce_symmetry: bool = False
                  ) -> None:
         self.ops = Z3OPS
         self.reduce_symmetry = reduce_symmetry  # interchangeable candidates: the lowest
         self.lay = lay
         self.s = state
         self.prefix = prefix
-        self.skip = skip_whens
         self._pcs: list[Term] = []
-        self._open: list[int] = []
-        self._whens = 0
-        self.raised_in: int | None = None  # the `when` whose body raised a UsageError
         self.failed: Term = False
         self.consumed_alloc: Term = False
         self.consumed_copy: Term = False
@@ -285,34 +280,17 @@ class SymbolicExecutor:
         return tag(v, vals)
 
     def when(self, cond: Term) -> Iterable[None]:
-        n = self._whens
-        self._whens += 1
-        if n in self.skip:
-            self.requires.append(self.ops.implies(self.pc(), self.ops.not_(cond)))
-            return ()
         v = lit(cond)
         if v is not None:
-            if not v:
-                return ()
-            return self._body(n, None)
-        return self._body(n, cond)
+            return (None,) if v else ()
+        return self._body(cond)
 
-    def _body(self, n: int, cond: Term) -> Iterator[None]:
-        if cond is not None:
-            self._pcs.append(cond)
-        self._open.append(n)
+    def _body(self, cond: Term) -> Iterator[None]:
+        self._pcs.append(cond)
         try:
             yield None
-        except GeneratorExit:
-            # The body raised (a UsageError): the loop's generator is closed while the
-            # exception unwinds, before `run_api` can ask where it was raised.
-            if self.raised_in is None:
-                self.raised_in = n
-            raise
         finally:
-            self._open.pop()
-            if cond is not None:
-                self._pcs.pop()
+            self._pcs.pop()
 
     def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
                label: Callable[[int], object] | None = None,
@@ -347,12 +325,6 @@ class SymbolicExecutor:
 
     def require(self, cond: Term, error: UsageError) -> None:
         self.requires.append(self.ops.implies(self.pc(), cond))
-
-    def in_when(self) -> int | None:
-        """The innermost `when` body a UsageError was raised in (None: outside any)."""
-        if self._open:
-            return self._open[-1]
-        return self.raised_in
 
 
 def _lowest(ops: Z3Ops, conds: list[tuple[int, Term]],
@@ -396,27 +368,22 @@ class ApiStep:
 def run_api(lay: Layout, pre: State, program: Callable[..., None], action: str,
             args: dict[str, Any], prefix: str, reduce_symmetry: bool = False
             ) -> ApiStep | None:
-    """Unroll `program(ex, **args)` from `pre`; None if it can never be enabled."""
-    skip: frozenset[int] = frozenset()
-    for _ in range(64):
-        ex = SymbolicExecutor(lay, pre, prefix, skip, reduce_symmetry)
-        try:
-            program(ex, **args)
-        except UsageError:
-            n = ex.in_when()
-            if n is None:
-                return None  # unconditionally rejected (argument checks)
-            skip = skip | {n}
-            continue
-        ops = ex.ops
-        enabled = ops.and_(*ex.requires)
-        if lit(enabled) is False:
-            return None
-        # Exact rollback; an injected fault is consumed by the failure it caused.
-        rolled_back = replace(
-            pre, fault_alloc=ops.and_(pre.fault_alloc, ops.not_(ex.consumed_alloc)),
-            fault_copy=ops.and_(pre.fault_copy, ops.not_(ex.consumed_copy)))
-        post = merge(ops, ex.failed, rolled_back, ex.s)
-        return ApiStep(action, args, enabled, post, ex.failed, ex.guard_errors, ex.choices,
-                       ex.constraints, ex.steps)
-    raise RuntimeError(f"{action}{args}: too many usage errors inside `when` bodies")
+    """Unroll `program(ex, **args)` from `pre`; None if it can never be enabled. Usage
+    errors are `ex.require`s (a conjunct of `enabled`); one raised outright is an argument
+    check that rejects these arguments in every state."""
+    ex = SymbolicExecutor(lay, pre, prefix, reduce_symmetry)
+    try:
+        program(ex, **args)
+    except UsageError:
+        return None
+    ops = ex.ops
+    enabled = ops.and_(*ex.requires)
+    if lit(enabled) is False:
+        return None
+    # Exact rollback; an injected fault is consumed by the failure it caused.
+    rolled_back = replace(
+        pre, fault_alloc=ops.and_(pre.fault_alloc, ops.not_(ex.consumed_alloc)),
+        fault_copy=ops.and_(pre.fault_copy, ops.not_(ex.consumed_copy)))
+    post = merge(ops, ex.failed, rolled_back, ex.s)
+    return ApiStep(action, args, enabled, post, ex.failed, ex.guard_errors, ex.choices,
+                   ex.constraints, ex.steps)

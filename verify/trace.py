@@ -3,9 +3,10 @@
 Line 1 is a header: {"kvpocket_trace": 1, "config": {...}, "source": "fuzz"|"bmc"|...,
 "policy": ..., "backend": "numpy", "eager": false}. Every other line is one action:
 {"action": NAME, "params": {...}, "layer": "api"|"page", "choices": [[kind, value], ...]}.
-API-level actions are those of the lockstep alphabet (`adapter.ALPHABET`); page-level
-ones are the model's page actions. Choices are the model's (BMC counterexamples record
-them); fuzz traces leave them out, since the implementation makes its own.
+API-level actions are those of the API table (`model.api.API`, in the lockstep's form:
+`adapter.alphabet()`); page-level ones are the model's page actions. Choices are the
+model's (BMC counterexamples record them); fuzz traces leave them out, since the
+implementation makes its own.
 Malformed files raise `TraceError` naming the file and line.
 
 Event logs (`"kind": "events"` in the header) extend this format for integrators: the
@@ -23,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvpocket.model.api import API
 from kvpocket.model.config import ConfigError, KVConfig
-from kvpocket.model.executor import ScriptedChooser
+from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
 
-from .adapter import ALPHABET, check_params
+from .adapter import check_params
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
@@ -167,13 +169,13 @@ def _step_object(lineno: int, text: str, name: str) -> dict[str, Any]:
     return obj
 
 
-def run_api_step(model: Model, step: TraceStep) -> ScriptedChooser:
+def run_api_step(model: Model, step: TraceStep) -> RecordedChooser:
     """Run one API-level step on the model with the step's recorded choices scripted;
-    returns the chooser, whose `script` holds any recorded choice left unused."""
-    script: dict[str, list[int]] = {}
+    returns the chooser, whose `left()` holds any recorded choice left unused."""
+    script: dict[str, list[object]] = {}
     for kind, value in step.choices:
         script.setdefault(kind, []).append(int(value))
-    chooser = ScriptedChooser(script)
+    chooser = RecordedChooser(script, by="candidate")
     model.chooser = chooser
     params = {k: tuple(v) if isinstance(v, list) else v for k, v in step.params.items()}
     model.call(step.action, params)
@@ -195,7 +197,7 @@ def replay_on_model(trace: Trace) -> tuple[int, list[str]]:
             bad = model.violations("step")
         else:
             chooser = run_api_step(model, step)
-            left = {k: v for k, v in chooser.script.items() if v}
+            left = chooser.left()
             if left:
                 raise TraceError(f"step {i} ({step.action}): recorded choices not used: {left}")
             bad = model.violations("api")
@@ -208,9 +210,13 @@ def replay_on_model(trace: Trace) -> tuple[int, list[str]]:
 
 CHOICE_KINDS = ("slot", "victim", "pocket")
 OBSERVED_KEYS = ("free", "status", "index", "pocket")
-EVENT_PARAMS: dict[str, tuple[str, ...]] = {
-    **{name: spec.params for name, spec in ALPHABET.items()}, "commit": ("seq", "tokens"),
-}
+
+
+def event_params() -> dict[str, tuple[str, ...]]:
+    """Each action's parameters in an event log: the API table's own."""
+    return {name: a.param_names for name, a in API.items()}
+
+
 NO_RESULT = object()  # an event that does not report its result
 
 
@@ -265,12 +271,13 @@ def _event(lineno: int, text: str, name: str) -> Event:
     action, params = obj["action"], obj["params"]
     if obj.get("layer", "api") != "api":
         raise TraceError(f"{where}: event logs hold API events only (layer \"api\")")
-    if action not in EVENT_PARAMS:
+    known = event_params()
+    if action not in known:
         raise TraceError(f"{where}: unknown action {action!r}; expected one of "
-                         + ", ".join(EVENT_PARAMS))
+                         + ", ".join(known))
     if not isinstance(params, dict):
         raise TraceError(f"{where}: \"params\" must be an object")
-    want = set(EVENT_PARAMS[action])
+    want = set(known[action])
     if set(params) != want:
         hint = " (event logs carry the committed \"tokens\", not \"n\")" if "n" in params else ""
         raise TraceError(f"{where}: action '{action}' takes parameters {sorted(want)}, "

@@ -10,14 +10,12 @@ that touched the same slots.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from kvpocket.model import api
 from kvpocket.model.config import NONE, KVConfig, SeqStatus, num_blocks_for
-from kvpocket.model.errors import ChoiceRejected, GuardViolation, OutOfPages, UsageError
-from kvpocket.model.executor import ConcreteExecutor, Step
+from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
+from kvpocket.model.executor import RecordedChooser, Step
 from kvpocket.model.machine import Model
 from kvpocket.model.state import State
 
@@ -26,44 +24,8 @@ from .trace import NO_RESULT, Event, EventLog
 Where = tuple[int, int, int]
 
 
-class MissingChoice(Exception):
-    def __init__(self, kind: str, labels: list[object]) -> None:
-        super().__init__(kind)
-        self.kind = kind
-        self.labels = labels
-
-
 class ConfigTooSmall(Exception):
     """The log needs more sequence slots than the configuration has (a usage error)."""
-
-
-@dataclass
-class LabelChooser:
-    """The log's choices, matched to the model's candidates by label, in order per kind.
-    `script` None: the event recorded no choices, so the model picks the lowest."""
-
-    script: dict[str, list[object]] | None
-
-    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
-        if kind == "page" or self.script is None:  # page records are model-internal
-            return candidates[0]
-        queue = self.script.get(kind)
-        if not queue:
-            raise MissingChoice(kind, labels)
-        want = queue.pop(0)
-        for c, lab in zip(candidates, labels, strict=True):
-            if _norm(lab) == want:
-                return c
-        raise ChoiceRejected(kind, want, [_norm(x) for x in labels])
-
-    def left(self) -> dict[str, list[object]]:
-        return {k: v for k, v in (self.script or {}).items() if v}
-
-
-def _norm(label: object) -> object:
-    if isinstance(label, tuple):
-        return tuple(int(x) for x in label)
-    return int(label) if isinstance(label, int) else label
 
 
 @dataclass
@@ -140,7 +102,7 @@ class EventChecker:
                         del self.slot_of[other]
                 self.slot_of[seq] = q
                 self.retired.discard(seq)
-            self._run(ev, api.create, q, tuple(p["prompt"]))
+            self._run(ev, "create", {"seq": q, "prompt": p["prompt"]})
             return
         if seq in self.retired:  # closed earlier; its model slot now serves another id
             if ev.action != "advance":
@@ -152,76 +114,55 @@ class EventChecker:
             self._expect(ev, {"error": "unknown_sequence"}, "the sequence was never created")
             self._note(ev, [])
             return
-        q = self.slot_of[seq] if seq is not None else -1
-        if ev.action == "resize":
-            self._run(ev, api.resize, q, p["capacity"], p["history"])
-        elif ev.action == "commit":
-            self._run(ev, api.commit, q, tuple(p["tokens"]))
-        elif ev.action in ("resume", "stop_committing", "suspend", "close"):
-            self._run(ev, getattr(api, ev.action), q)
-        elif ev.action == "pressure":
-            self._run(ev, api.pressure, p["level"], p["pool_group"], p["slots"])
-        elif ev.action == "advance":
+        params = dict(p)
+        if seq is not None:
+            params["seq"] = self.slot_of[seq]
+        if ev.action == "advance":  # a stream is named by its sequence's id, or "copy"
             stream = p["stream"]
             if stream == "copy":
-                self._run(ev, api.advance, self.cfg.num_sequences)
+                params["stream"] = self.cfg.num_sequences
             elif stream in self.slot_of and stream not in self.retired:
-                self._run(ev, api.advance, self.slot_of[stream])
+                params["stream"] = self.slot_of[stream]
             else:
                 self._note(ev, [])  # an unknown stream has no outstanding work
-        elif ev.action == "fail_allocation":
-            self.model.fail_allocation()
-            self._note(ev, [])
-        elif ev.action == "fail_copy":
-            self.model.fail_copy()
-            self._note(ev, [])
+                return
+        self._run(ev, ev.action, params)
 
     def _expect(self, ev: Event, got: object, why: str) -> None:
         if ev.result is not NO_RESULT and ev.result != got:
             raise _Failure("different result", [
                 f"the log reports {_show(ev.result)}; the model: {_show(got)} ({why})"], set())
 
-    def _run(self, ev: Event, program: Callable[..., None], *args: Any) -> None:
+    def _run(self, ev: Event, action: str, params: dict[str, Any]) -> None:
         m = self.model
         script: dict[str, list[object]] | None = None
         if ev.choices is not None:
             script = {}
             for kind, label in ev.choices:
                 script.setdefault(kind, []).append(label)
-        chooser = LabelChooser(script)
+        chooser = RecordedChooser(script, by="label", on_missing="raise")
         pre = m.state
-        ex = ConcreteExecutor(m.layout, pre, chooser)
-        value: object = None
-        returns_bool = program in (api.resize, api.resume, api.pressure)
         try:
-            program(ex, *args)
-            m.state = ex.s
-            value = True if returns_bool else None
-        except OutOfPages as exc:  # exact rollback; an injected fault is consumed
-            if exc.consumed == "alloc":
-                m.state = replace(pre, fault_alloc=False)
-            elif exc.consumed == "copy":
-                m.state = replace(pre, fault_copy=False)
-            value = False if returns_bool else None
-        except UsageError as exc:
-            value = {"error": exc.category}
+            result = m.run(action, params, chooser)
         except ChoiceRejected as exc:
             focus = self._label_focus(exc.kind, exc.choice)
             raise _Failure("the model rejects the log's choice", [
                 f"the log chose {exc.kind} {_show_label(exc.choice)}; the model's legal "
                 f"{exc.kind} choices here: {_show_labels(exc.legal)}",
-                *self._partial(pre, ex.steps)], focus | self._touched_all(pre, ex.s, ex.steps)
-            ) from None
+                *self._partial(pre, m.last_steps)],
+                focus | self._touched_all(pre, m.last_post, m.last_steps)) from None
         except MissingChoice as exc:
             raise _Failure("the log lacks a choice the model makes", [
                 f"the model picks a {exc.kind} here (legal: {_show_labels(exc.labels)}), "
                 f"but the event records no more {exc.kind} choices",
-                *self._partial(pre, ex.steps)], self._touched_all(pre, ex.s, ex.steps)
-            ) from None
+                *self._partial(pre, m.last_steps)],
+                self._touched_all(pre, m.last_post, m.last_steps)) from None
         except GuardViolation as exc:
             raise _Failure("the model failed (a guard inside an API program)", [str(exc)],
-                           self._touched_all(pre, ex.s, ex.steps)) from None
-        touched = self._touched(pre, ex.s, ex.steps)
+                           self._touched_all(pre, m.last_post, m.last_steps)) from None
+        value: object = result.value if result.error is None \
+            else {"error": result.error.category}
+        touched = self._touched(pre, m.state, m.last_steps)
         focus = set().union(*(t for _, t in touched)) if touched else set()
         self._expect(ev, value, "as the model computes it")
         # A call that fails (OutOfPages) may explore more victims before giving up than the
@@ -230,7 +171,7 @@ class EventChecker:
         if left:
             shown = "; ".join(f"{k}: {_show_labels(v)}" for k, v in left.items())
             raise _Failure("the log records choices the model does not make",
-                           [f"unused: {shown}", *self._partial(pre, ex.steps)], focus)
+                           [f"unused: {shown}", *self._partial(pre, m.last_steps)], focus)
         if ev.observed is not None:
             self._check_observed(ev, focus)
         bad = m.violations("api")
@@ -256,8 +197,7 @@ class EventChecker:
             if not (0 <= level < self.cfg.num_levels and 0 <= pg < self.cfg.num_pool_groups):
                 diffs.append(f"free slots at level {level}, pool group {pg}: no such pool")
                 continue
-            base = lay.level_offset(level) + pg * lay.slots_at(level)
-            want = sum(1 for i in range(lay.slots_at(level)) if s.slot_owner[base + i] == NONE)
+            want = sum(1 for i in lay.slot_range(level, pg) if s.slot_owner[i] == NONE)
             if want != n:
                 diffs.append(f"free slots at level {level}, pool group {pg}: log {n}, "
                              f"model {want}")

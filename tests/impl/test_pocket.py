@@ -68,7 +68,7 @@ def _migration_scenario(mgr: KVCacheManager) -> tuple[DecodeOracle, Any, Any]:
     choices = mgr.last_choices()
     assert oracle.decode_step(b) and oracle.decode_step(b)  # B writes positions 3, 4
     oracle.verify(a)
-    mgr._choices = choices  # keep A's crossing choices for the caller's assertions
+    mgr.transactions.reset_choices(choices)  # keep A's crossing choices for the caller's assertions
     return oracle, a, b
 
 

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from kvpocket.impl.eventlog import ERROR_CATEGORY
+from kvpocket.impl.eventlog import error_category
 from kvpocket.impl.manager import KVCacheManager
-from kvpocket.verify.adapter import IMPL_CATEGORY
 from kvpocket.verify.cli import main
 from kvpocket.verify.presets import preset
 from kvpocket.verify.record import record
@@ -70,8 +69,22 @@ def test_recorded_logs_exercise_the_pocket(tmp_path: Path) -> None:
     assert any(r["action"] == "advance" for r in rows[1:])
 
 
-def test_error_categories_match_the_adapter() -> None:
-    assert ERROR_CATEGORY == IMPL_CATEGORY
+def test_every_usage_error_has_a_model_category() -> None:
+    """Usage errors carry the model's category (one table for the event log and the
+    lockstep); capacity failures and internal errors carry none."""
+    from kvpocket.impl import errors as e
+    from kvpocket.model import errors as model_errors
+
+    model_categories = {c.category for c in vars(model_errors).values()
+                        if isinstance(c, type) and issubclass(c, model_errors.UsageError)}
+    usage = [e.UnknownSequenceError, e.DuplicateSequenceError, e.SequenceClosedError,
+             e.SequenceStateError, e.HistoryDecreaseError, e.CapacityError,
+             e.CommitNotAllowedError, e.UnknownLevelError]
+    for cls in usage:
+        assert cls.category in model_categories, cls
+        assert error_category(cls("x")) == cls.category
+    for cls in (e.OutOfPagesError, e.CopyFailedError, e.DoubleReleaseError, e.SimulatorError):
+        assert cls.category is None, cls
 
 
 def test_manager_writes_to_a_text_stream(tmp_path: Path) -> None:
