@@ -156,7 +156,31 @@ def no_page_in_two_pockets(lay: Layout, s: State) -> bool:
     return len(parked) == len(set(parked))
 
 
+def index_matches_locks(lay: Layout, s: State) -> bool:
+    slot, n = s.slot, len(s.slot)
+    for e, page in enumerate(s.entry):
+        locked_slot = slot[page] if 0 <= page < n else NO_SLOT
+        if s.index[e] != (locked_slot if s.entry_locked[e] else BAD_PAGE_INDEX):
+            return False
+    return True
+
+
+def inactive_sequences_unlocked(lay: Layout, s: State) -> bool:
+    return all(s.seq_status[q] == SeqStatus.ACTIVE
+               or not any(s.entry_locked[e] for e in lay.entry_range(q))
+               for q in range(lay.seqs))
+
+
+def gone_sequences_hold_nothing(lay: Layout, s: State) -> bool:
+    gone = (SeqStatus.FREE, SeqStatus.CLOSED)
+    return all(s.seq_status[q] not in gone or all(s.entry[e] == NONE for e in lay.entry_range(q))
+               for q in range(lay.seqs))
+
+
 FAST: dict[str, Check] = {
+    "index_matches_locks": index_matches_locks,
+    "inactive_sequences_unlocked": inactive_sequences_unlocked,
+    "gone_sequences_hold_nothing": gone_sequences_hold_nothing,
     "slot_owned_once": slot_owned_once,
     "refcounts_match": refcounts_match,
     "entries_are_live": entries_are_live,

@@ -140,6 +140,11 @@ class Layout:
         base = self.level_offset(level) + pg * self.slots_at(level)
         return range(base, base + self.slots_at(level))
 
+    def entry_range(self, seq: int) -> range:
+        """The flat block-entry positions of a sequence (every life cycle and block)."""
+        per_seq = self.lcs * self.blocks
+        return range(seq * per_seq, (seq + 1) * per_seq)
+
     def pocket_range(self, seq: int, lc: int | None = None) -> range:
         """The flat pocket positions of a sequence (of one life cycle, or of all)."""
         cap = self.pocket_cap
