@@ -225,6 +225,8 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
     ops, lay, cfg = ex.ops, ex.lay, ex.lay.cfg
     _require_status(ex, seq, (SeqStatus.ACTIVE,), "resize")
     old_cap, old_h = ex.s.capacity[seq], ex.s.history[seq]
+    ex.require(ops.and_(ops.le(0, capacity), ops.le(0, history)), CapacityError(
+        f"resize: capacity {capacity} and history_length {history} must be non-negative"))
     ex.require(ops.le(old_h, history), HistoryDecreaseError(
         f"resize: history_length {history} is below the current {old_h}"))
     ex.require(ops.le(history, capacity), CapacityError(

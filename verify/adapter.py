@@ -107,6 +107,10 @@ ImplCall = Callable[[Harness, dict[str, Any]], Any]
 
 
 def _create(h: Harness, p: dict[str, Any]) -> Any:
+    # The model's sequence slots are 0..num_sequences-1; a slot outside names no sequence
+    # the harness could open (the manager itself takes any id).
+    if not 0 <= p["seq"] < h.impl.cfg.num_sequences:
+        raise impl_errors.UnknownSequenceError(f"create: no sequence slot {p['seq']}")
     return h.impl.create(h.open_seq(p["seq"], list(p["prompt"])), list(p["prompt"]))
 
 
@@ -116,6 +120,10 @@ def _commit(h: Harness, p: dict[str, Any]) -> Any:
 
 
 def _advance(h: Harness, p: dict[str, Any]) -> Any:
+    # Not a call of the implementation's API: the harness runs a stream's queued work. A
+    # stream that does not exist is the same usage error as in the model.
+    if not 0 <= p["stream"] <= h.impl.cfg.num_sequences:
+        raise impl_errors.UnknownSequenceError(f"advance: no stream {p['stream']}")
     h.run_stream(p["stream"])
 
 

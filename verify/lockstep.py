@@ -126,9 +126,16 @@ class Lockstep:
             raise Divergence(n, "different outcomes", [
                 f"{action}({_fmt(params)})", f"  model:          {model_out}",
                 f"  implementation: {impl_out}", *self._choices_lines()])
-        if model_out.kind == "ok" and self.oracle is not None:
-            self._after_success(action, params)
-        self.check(n, action, params, pre_model)
+        try:  # writing and reading data and the checks call the implementation too
+            if model_out.kind == "ok" and self.oracle is not None:
+                self._after_success(action, params)
+            self.check(n, action, params, pre_model)
+        except Divergence:
+            raise
+        except Exception as exc:
+            raise Divergence(n, "the implementation crashed", [
+                f"after {action}({_fmt(params)}), while checking it", *_traceback_tail(exc)]
+            ) from exc
         if chooser.unmatched:
             raise Divergence(n, "different choices", [f"{action}({_fmt(params)})",
                                                        *chooser.unmatched,
@@ -188,7 +195,8 @@ class Lockstep:
                 if len(kv.pocket_pages(lc)) != self._pocket_size(seq, lc):
                     out.append(f"seq {seq} lc {lc}: pocket_pages {kv.pocket_pages(lc)}, "
                                f"model holds {self._pocket_size(seq, lc)} parked pages")
-            for bad in (*self.BAD_LIFE_CYCLES, self.cfg.num_life_cycles):
+            for bad in (*self.BAD_LIFE_CYCLES, self.cfg.num_life_cycles,
+                        self.cfg.num_life_cycles + 1):
                 for query in (kv.stale_range, kv.pocket_pages, kv.page_table):
                     try:
                         query(bad)  # type: ignore[arg-type]

@@ -122,6 +122,12 @@ class LockstepMachine(RuleBasedStateMachine):
 
     RACES = ("pressure", "steal", "burst", "suspend", "close", "fill")
 
+    @rule(data=st.data(), mode=st.sampled_from(("pressure", "steal")))
+    def migration_race(self, data: st.DataObject, mode: str) -> None:
+        """The hazard the kit exists for, drawn as often as all other races together: a
+        parked page is evicted (and its GPU slot maybe taken) before the pop."""
+        self.race(data, mode)
+
     @rule(data=st.data(), mode=st.sampled_from(RACES))
     def race(self, data: st.DataObject, mode: str) -> None:
         """The pocket's hazards as one rule: decode until a page is parked, then
@@ -212,6 +218,18 @@ class LockstepMachine(RuleBasedStateMachine):
             self._decode(seq)
         self._step("suspend", {"seq": seq})
         self._step("resume", {"seq": seq})
+
+    @rule(data=st.data(), blocks=st.integers(2, 4))
+    def jump(self, data: st.DataObject, blocks: int) -> None:
+        """Capacity and history jump together by several blocks in one resize: new blocks
+        are born already out of the window (no page for them), others are allocated."""
+        seq = data.draw(self.seqs(), label="seq")
+        if self._state().seq_status[seq] != SeqStatus.ACTIVE:
+            self._restart(seq, [])
+        s, t = self._state(), self.cfg.tokens_per_block
+        cap = min(s.capacity[seq] + blocks * t, self.cfg.max_capacity)
+        self._step("resize", {"seq": seq, "capacity": cap,
+                              "history": min(s.history[seq] + blocks * t, cap)})
 
     @rule(data=st.data(), blocks=st.integers(2, 3))
     def grow_and_shrink(self, data: st.DataObject, blocks: int) -> None:
@@ -326,6 +344,20 @@ class LockstepMachine(RuleBasedStateMachine):
         self._step(action, params)
 
     def _values(self, kind: str) -> st.SearchStrategy[Any]:
+        """Mostly legal values of a parameter kind; sometimes one just out of range (-1, or
+        one past the end), which both sides must refuse with the same usage error."""
+        legal = self._legal_values(kind)
+        if kind == "tokens":
+            return legal
+        return st.one_of(legal, st.sampled_from([-1, self._past_end(kind)]))
+
+    def _past_end(self, kind: str) -> int:
+        cfg = self.cfg
+        return {"seq": cfg.num_sequences, "length": cfg.max_capacity + 1, "count": 10_000,
+                "level": cfg.num_levels, "pool_group": cfg.num_pool_groups,
+                "slots": max(cfg.slots_per_level) + 1, "stream": cfg.num_sequences + 1}[kind]
+
+    def _legal_values(self, kind: str) -> st.SearchStrategy[Any]:
         cfg = self.cfg
         if kind == "seq":
             return self.seqs()
