@@ -235,12 +235,12 @@ def _usage_message(exc: BaseException, spec: CampaignSpec) -> str:
 _SHARED_STEPS: Any = None  # a multiprocessing.Value, inherited by each worker
 
 
-def _init_worker(counter: Any) -> None:
+def init_worker(counter: Any) -> None:
     global _SHARED_STEPS
     _SHARED_STEPS = counter
 
 
-def _worker_entry(spec: CampaignSpec) -> CampaignReport:
+def worker_entry(spec: CampaignSpec) -> CampaignReport:
     pending = 0
 
     def tick(steps: int) -> None:
@@ -289,8 +289,8 @@ def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = Tru
         for i in range(workers)
     ]
     with CampaignProgress(spec, show_progress) as bar, \
-            ctx.Pool(workers, initializer=_init_worker, initargs=(counter,)) as pool:
-        pending = pool.map_async(_worker_entry, specs)
+            ctx.Pool(workers, initializer=init_worker, initargs=(counter,)) as pool:
+        pending = pool.map_async(worker_entry, specs)
         while not pending.ready():
             pending.wait(0.25)
             bar.set_steps(counter.value)

@@ -32,7 +32,9 @@ from .fuzz import (
     CampaignReport,
     CampaignSpec,
     expected_rare_states,
+    init_worker,
     run_worker,
+    worker_entry,
     write_text_atomic,
 )
 from .lockstep import RARE_STATES
@@ -163,28 +165,6 @@ def _slice_spec(cell: Cell, rnd: int, part: int, seed: int, examples: int, out_d
                         namespace=cell.name)
 
 
-_SHARED_STEPS: Any = None
-
-
-def _init_worker(counter: Any) -> None:
-    global _SHARED_STEPS
-    _SHARED_STEPS = counter
-
-
-def _pool_slice(spec: CampaignSpec) -> CampaignReport:
-    pending = 0
-
-    def tick(steps: int) -> None:
-        nonlocal pending
-        pending += steps
-        if pending >= 25:
-            with _SHARED_STEPS.get_lock():
-                _SHARED_STEPS.value += pending
-            pending = 0
-
-    return run_worker(spec, progress=tick)
-
-
 def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
                out_dir: str = "kvpocket-out", show_progress: bool = False,
                policy: str | None = None, examples_per_cell: int | None = None,
@@ -275,7 +255,7 @@ def _run_pool(work: Iterator[tuple[Cell, CampaignSpec]], workers: int,
     """Keep `workers` slices in flight, in matrix order, until the budget or a failure."""
     ctx = mp.get_context("spawn")
     counter = ctx.Value("q", 0)
-    pool = ctx.Pool(workers, initializer=_init_worker, initargs=(counter,))
+    pool = ctx.Pool(workers, initializer=init_worker, initargs=(counter,))
     in_flight: list[tuple[Cell, Any]] = []
     try:
         stop = False
@@ -284,7 +264,7 @@ def _run_pool(work: Iterator[tuple[Cell, CampaignSpec]], workers: int,
                 nxt = next(work, None)
                 if nxt is None:
                     break
-                in_flight.append((nxt[0], pool.apply_async(_pool_slice, (nxt[1],))))
+                in_flight.append((nxt[0], pool.apply_async(worker_entry, (nxt[1],))))
             if not in_flight:
                 break
             done = [item for item in in_flight if item[1].ready()]
