@@ -225,6 +225,9 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
         write_matrix_json(report, args.json)
     if report.failures:
         return EXIT_FOUND
+    if report.steps == 0 and not report.interrupted:
+        raise CliError("the campaign ran no step, so it checked nothing; give it more "
+                       "--examples or --minutes")
     return 130 if report.interrupted else EXIT_OK
 
 

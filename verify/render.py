@@ -185,9 +185,11 @@ def print_matrix(report: Any, verbose: bool = False) -> None:
     elif report.interrupted:
         out.print("[yellow bold]INTERRUPTED[/yellow bold]: no bug found in the part that ran")
     else:
+        gaps = (f"; [yellow]{len(report.unreached)} rare states never reached[/yellow], so "
+                "not a full check (see below)") if report.unreached else ""
         out.print(f"[green bold]no bug found[/green bold] in {report.examples} examples, "
                   f"{report.steps} steps, {len(report.cells)} cells, {report.seconds:.0f} s "
-                  f"(seed {report.seed})")
+                  f"(seed {report.seed}){gaps}")
     table = Table(title="default campaign: cells")
     for col, justify in (("cell", "left"), ("examples", "right"), ("steps", "right"),
                          ("rare states reached", "right")):

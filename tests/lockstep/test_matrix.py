@@ -136,3 +136,15 @@ def test_cli_default_is_the_matrix(tmp_path: Path, capsys: pytest.CaptureFixture
     assert set(data["cells"]) == {c.name for c in DEFAULT_MATRIX}
     assert all(c["examples"] == 2 for c in data["cells"].values())
     assert "no bug found" in capsys.readouterr().out
+
+
+def test_a_campaign_that_ran_no_step_is_not_a_clean_bill(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One example per cell is Hypothesis's simplest: no rule runs. That must not read as
+    "no bug found" with exit 0."""
+    code = main(["fuzz", "--no-progress", "--workers", "1", "--examples", "1",
+                 "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "ran no step" in captured.err
+    assert "never reached" in " ".join(captured.out.split())
