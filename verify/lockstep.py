@@ -102,7 +102,7 @@ class Lockstep:
         where = page_locations(self.impl)
         self.impl.transactions.reset_choices()  # a call rejected before it starts records nothing
         try:
-            impl_out = impl_outcome(lambda: self._call_impl(action, params))
+            impl_out = impl_outcome(lambda: call_impl(self, action, params))
         except Exception as exc:  # not an API error: the implementation broke
             raise Divergence(n, "the implementation crashed", [
                 f"{action}({_fmt(params)})", *_traceback_tail(exc)]) from exc
@@ -233,9 +233,6 @@ class Lockstep:
                              ["after running all outstanding work", *(str(b) for b in bad)])
 
     # ---- the two sides (the adapter's `Harness`) ---------------------------------------
-    def _call_impl(self, action: str, p: dict[str, Any]) -> Any:
-        return call_impl(self, action, p)
-
     def _call_model(self, action: str, p: dict[str, Any]) -> RunResult:
         seq = p.get("seq")
         committed = int(self.model.state.committed_tokens[seq]) \
@@ -259,9 +256,7 @@ class Lockstep:
         return [self._token(seq, pos) for pos in range(start, start + n)]
 
     def run_stream(self, stream: int) -> None:
-        self._advance_impl(stream)
-
-    def _advance_impl(self, stream: int) -> None:
+        """A stream's queued work runs (on the simulator; real GPU streams run by themselves)."""
         backend = self.impl.backend
         if not isinstance(backend, NumpyBackend):
             return None

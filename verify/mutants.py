@@ -350,7 +350,7 @@ def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
 # ---- one mutant ---------------------------------------------------------------------------
 
 
-def run_mutant(m: Mutant, budget_s: float = 60.0, examples: int = 60, attention: bool = True,
+def run_mutant(m: Mutant, budget_s: float = 60.0, attention: bool = True,
                z3: bool = True, bmc: bool = True, out_dir: str | None = None) -> MutantResult:
     """Every detector on one mutant, with its switch on (restored afterwards)."""
     res = MutantResult(m.name, m.layer, origin=f"seeded: {m.modelled_on}")
