@@ -6,7 +6,8 @@ Entry point: `KVCacheManager(cfg, backend="numpy"|"cupy"|"auto")`.
 from .allocator import FirstSlotPolicy, SlotAllocator, SlotPolicy
 from .backend import Backend, NumpyBackend, StreamSimulator, gpu_available, make_backend
 from .counters import Counters
-from .errors import (
+from .eviction import EvictionQueue, QueueOrderVictimPolicy, VictimPolicy
+from .exceptions import (
     CapacityError,
     CapacityFailure,
     CommitNotAllowedError,
@@ -26,7 +27,6 @@ from .errors import (
     UnknownLifeCycleError,
     UnknownSequenceError,
 )
-from .eviction import EvictionQueue, QueueOrderVictimPolicy, VictimPolicy
 from .kvcache import KVCache
 from .manager import KVCacheManager, LeakReport
 

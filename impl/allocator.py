@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from .backend.protocol import EventRef
-from .errors import DoubleReleaseError, OutOfPagesError, SlotChoiceError
+from .exceptions import DoubleReleaseError, OutOfPagesError, SlotChoiceError
 from .undo import Op
 
 Events = tuple[EventRef, ...]

@@ -1,7 +1,7 @@
 """The event log: one NDJSON line per API call, checkable by `kvpocket trace check`.
 
 Enabled by `KVCacheManager(..., event_log=PATH_OR_TEXT_STREAM)`. The format is
-documented in `docs/adapter-guide.md` and parsed by `kvpocket.verify.trace`:
+documented in `docs/adapter-guide.md` and parsed by `kvpocket.verify.traces.trace`:
 
     {"kvpocket_trace": 1, "kind": "events", "config": {...}, "source": ..., "policy": ...}
     {"action": "resize", "params": {"seq": 7, "capacity": 8, "history": 6},
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from kvpocket.model.api import API, ApiAction
 from kvpocket.model.config import SeqStatus
 
-from .errors import KVPocketError
+from .exceptions import KVPocketError
 from .snapshot import Where, choice_labels, page_locations
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from kvpocket.model.config import (
 
 from . import mutants
 from .allocator import Events
-from .errors import (
+from .exceptions import (
     CapacityError,
     CommitNotAllowedError,
     HistoryDecreaseError,

@@ -34,17 +34,17 @@ from kvpocket.model.config import KVConfig, SeqStatus
 from .allocator import SlotPolicy
 from .backend import Backend, make_backend
 from .counters import CounterBook, Counters
-from .errors import (
+from .eventlog import EventLog
+from .eviction import VictimPolicy
+from .exceptions import (
     CapacityError,
     DuplicateSequenceError,
     LeakError,
     UnknownLevelError,
     UnknownSequenceError,
 )
-from .eventlog import EventLog
-from .eviction import VictimPolicy
-from .invariants import check_invariants
 from .kvcache import KVCache
+from .selfcheck import check_invariants
 from .snapshot import build_snapshot, page_record
 from .storage import Storage
 from .transactions import Transactions

@@ -28,8 +28,8 @@ from kvpocket.model.config import GPU_LEVEL, NO_SLOT, KVConfig, PocketPolicy
 from . import mutants
 from .allocator import Events, FirstSlotPolicy, SlotAllocator, SlotPolicy
 from .backend.protocol import Backend, EventRef, StreamRef
-from .errors import CopyFailedError, InjectedAllocationError, OutOfPagesError, SlotChoiceError
 from .eviction import EvictionQueue, QueueOrderVictimPolicy, VictimPolicy
+from .exceptions import CopyFailedError, InjectedAllocationError, OutOfPagesError, SlotChoiceError
 from .page import Page
 from .radix import RadixTree
 from .undo import Op

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .errors import CapacityFailure, ManagerShutdownError
+from .exceptions import CapacityFailure, ManagerShutdownError
 from .undo import Choice, Op
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from . import mutants
 from .config import GPU_LEVEL, NONE, CommitState, PageStatus, PocketPolicy, SeqStatus
 from .errors import (
     CapacityError,
@@ -24,10 +23,13 @@ from .errors import (
 )
 from .executor import Executor
 from .logic import Term
-from .pages import pocket_size, pool_group, queue_head, still_valid
+from .overrides import named
+from .pages import POCKET_NOT_FULL, STILL_VALID, pocket_size, pool_group, queue_head, still_valid
 from .state import State, status
 
 # ---- small derived terms -------------------------------------------------------------------
+
+WINDOW_START = "first token position inside the window"
 
 
 def _stale(ex: Executor, lc: int, o: int, h: Term) -> Term:
@@ -36,8 +38,9 @@ def _stale(ex: Executor, lc: int, o: int, h: Term) -> Term:
     t = ex.lay.cfg.tokens_per_block
     if life.window is None or o < -(-life.sink_tokens // t):
         return ex.ops.const(False)
-    plus_one = 0 if mutants.active("model-window-off-by-one") else 1
-    return ex.ops.le((o + 1) * t, ex.ops.sub(ex.ops.add(h, plus_one), life.window))
+    # The newest token sits at position h, so the window starts at h + 1 - window.
+    start = named(ex.ops, WINDOW_START, ex.ops.sub(ex.ops.add(h, 1), life.window))
+    return ex.ops.le((o + 1) * t, start)
 
 
 def _in_cap(ex: Executor, o: int, cap: Term) -> Term:
@@ -297,10 +300,10 @@ def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:
     k = ex.choose("pocket", range(lay.pocket_cap), lambda j: ops.ne(ex.s.pocket[positions[j]], NONE),
                   lambda j: _where(ex, ex.s.pocket[positions[j]]))
     page = ops.lookup(ex.s.pocket, lay.pocket_ix(ops, seq, lc, k), NONE)
-    if lay.cfg.pocket.policy != PocketPolicy.REVALIDATE or mutants.active("model-pop-no-revalidate"):
+    if lay.cfg.pocket.policy != PocketPolicy.REVALIDATE:
         ex.do("pop", seq=seq, lc=lc, k=k, ordinal=o)
         return
-    valid = still_valid(ops, ex.s, page)
+    valid = named(ops, STILL_VALID, still_valid(ops, ex.s, page))
     for _ in ex.when(valid):
         ex.do("pop", seq=seq, lc=lc, k=k, ordinal=o)
     for _ in ex.when(ops.not_(valid)):
@@ -314,8 +317,7 @@ def park_or_release(ex: Executor, seq: int, lc: int, o: int, page: Term) -> None
         eligible = ops.and_(
             ops.eq(ops.lookup(ex.s.level, page, -1), GPU_LEVEL),
             ops.ne(ops.lookup(ex.s.slot, page, -1), -1),
-            ops.or_(ops.lt(pocket_size(ops, lay, ex.s, seq, lc), lay.pocket_cap),
-                    ops.const(mutants.active("model-pocket-no-capacity"))),
+            named(ops, POCKET_NOT_FULL, ops.lt(pocket_size(ops, lay, ex.s, seq, lc), lay.pocket_cap)),
         )
     for _ in ex.when(eligible):
         ex.do("park", page=page, seq=seq, lc=lc, ordinal=o)

@@ -2,7 +2,7 @@
 
 Guards, effects and invariants use only these operations, never Python `if`
 on state values. `ConcreteOps` evaluates them on plain ints and bools, so the
-model runs; the Z3 interpretation (`kvpocket.verify.z3ops`) builds terms from
+model runs; the Z3 interpretation (`kvpocket.verify.proofs.z3ops`) builds terms from
 the very same definitions, so there is no second copy of the transitions.
 
 Arrays are tuples; an index may be a plain int (fast path) or a term.

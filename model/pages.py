@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from . import mutants
 from .config import (
     BAD_PAGE_INDEX,
     GPU_LEVEL,
@@ -25,9 +24,14 @@ from .config import (
     SeqStatus,
 )
 from .logic import Ops, Term
+from .overrides import any_override, named
 from .state import IDLE, Layout, State, evictable, status
 
 Params = dict[str, Term]
+
+# Labels the API programs decide on too (so an override reaches guard and program alike).
+POCKET_NOT_FULL = "pocket is not full"
+STILL_VALID = "parked page is still at GPU with a valid slot and not migrating"
 Cond = tuple[str, Term]  # (English description of the condition, its truth value)
 
 
@@ -44,9 +48,14 @@ class Param:
 class PageAction:
     name: str
     params: tuple[Param, ...]
-    guard: Callable[[Ops, Layout, State, Params], list[Cond]]
+    conditions: Callable[[Ops, Layout, State, Params], list[Cond]]
     effect: Callable[[Ops, Layout, State, Params], State]
     doc: str
+
+    def guard(self, ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
+        """The enabling conditions, each under its label (which a verifier may override)."""
+        conds = self.conditions(ops, lay, s, p)
+        return [(label, named(ops, label, ok)) for label, ok in conds] if any_override() else conds
 
 
 # ---- parameter domains ---------------------------------------------------------------------
@@ -478,8 +487,7 @@ def g_drop(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     page = p["page"]
     return [
         ("page is the head of its level's eviction queue", queue_head(ops, lay, s, page)),
-        ("page is DROPPABLE", ops.or_(ops.eq(status(ops, s, page), int(PageStatus.DROPPABLE)),
-                                      ops.const(mutants.active("model-drop-held")))),
+        ("page is DROPPABLE", ops.eq(status(ops, s, page), int(PageStatus.DROPPABLE))),
         ("page is committed", ops.lookup(s.committed, page, False)),
     ]
 
@@ -498,13 +506,11 @@ def g_park(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
          ops.ne(ops.lookup(s.commit_state, seq, 0), int(CommitState.ALLOWED))),
         ("block holds the page", ops.and_(ops.ne(e, -1), ops.eq(ops.lookup(s.entry, e, NONE), page))),
         ("block entry is a holder, not a lock", ops.not_(ops.lookup(s.entry_locked, e, True))),
-        ("page is uncommitted", ops.or_(ops.not_(ops.lookup(s.committed, page, True)),
-                                        ops.const(mutants.active("model-park-committed")))),
+        ("page is uncommitted", ops.not_(ops.lookup(s.committed, page, True))),
         ("page is at GPU", ops.eq(ops.lookup(s.level, page, -1), GPU_LEVEL)),
         ("page has a slot", has_slot(ops, s, page)),
         ("page is not migrating", ops.not_(moving(ops, s, page))),
-        ("pocket is not full", ops.or_(ops.lt(pocket_size(ops, lay, s, seq, p["lc"]), lay.pocket_cap),
-                                       ops.const(mutants.active("model-pocket-no-capacity")))),
+        (POCKET_NOT_FULL, ops.lt(pocket_size(ops, lay, s, seq, p["lc"]), lay.pocket_cap)),
     ]
 
 
@@ -541,9 +547,8 @@ def g_pop(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
         ("block is within capacity", _within_capacity(ops, lay, s, p["seq"], p["ordinal"])),
         ("block has no page", ops.and_(ops.ne(e, -1), ops.eq(ops.lookup(s.entry, e, 0), NONE))),
     ]
-    if lay.cfg.pocket.policy != PocketPolicy.UNSAFE and not mutants.active("model-pop-no-revalidate"):
-        conds.append(("parked page is still at GPU with a valid slot and not migrating",
-                      still_valid(ops, s, page)))
+    if lay.cfg.pocket.policy != PocketPolicy.UNSAFE:
+        conds.append((STILL_VALID, still_valid(ops, s, page)))
     return conds
 
 

@@ -14,5 +14,5 @@ timeout 300 "$PY" -m pytest tests/impl -m gpu -q -p no:cacheprovider -rs \
   --junitxml="$OUT/gpu-tests.xml"
 # Bench suite `gpu` (issue 7): decode A/B on CuPy, migration copy bandwidth against a
 # plain CuPy copy of the same bytes, data-oracle throughput; JSON and plots under $OUT.
-timeout 240 "$PY" -m kvpocket.verify.bench --suite gpu --json "$OUT/bench-gpu.json" \
+timeout 240 "$PY" -m kvpocket.verify.bench.suite --suite gpu --json "$OUT/bench-gpu.json" \
   --plots "$OUT/bench-gpu-plots"

@@ -68,7 +68,7 @@ copy_tree() {  # the files git would commit (tracked + untracked non-ignored), a
 
 probe() {  # the scratch copy's own mutation_probe, with the scratch copy on the path
   local tree=$1; shift
-  (cd "$tree" && PYTHONPATH="$tree/.devpath" "$PY" -m kvpocket.verify.mutation_probe "$@")
+  (cd "$tree" && PYTHONPATH="$tree/.devpath" "$PY" -m kvpocket.verify.quality.mutation_probe "$@")
 }
 
 sessions=()

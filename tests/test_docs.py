@@ -9,8 +9,8 @@ import pytest
 
 from kvpocket.model.invariants import INVARIANTS
 from kvpocket.model.pages import PAGE_ACTIONS
-from kvpocket.verify.cli import COMMANDS
-from kvpocket.verify.docgen import render
+from kvpocket.verify.cli.commands import COMMANDS
+from kvpocket.verify.cli.docgen import render
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -20,7 +20,7 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 def test_generated_sections_are_current(path: Path) -> None:
     text = path.read_text()
     assert render(text) == text, (
-        f"{path.name} is stale: run `python -m kvpocket.verify.docgen`")
+        f"{path.name} is stale: run `python -m kvpocket.verify.cli.docgen`")
 
 
 def _all_docs() -> str:
@@ -45,8 +45,8 @@ def test_every_page_action_is_in_the_spec(name: str) -> None:
 def test_cli_reference_covers_every_subcommand_and_option() -> None:
     import argparse
 
-    from kvpocket.verify.cli import build_parser
-    from kvpocket.verify.docgen import _subcommands
+    from kvpocket.verify.cli.commands import build_parser
+    from kvpocket.verify.cli.docgen import _subcommands
 
     text = (ROOT / "docs" / "cli.md").read_text()
     for name, sub in _subcommands(build_parser()).items():
@@ -85,7 +85,7 @@ def test_index_links_every_doc() -> None:
 
 
 def test_adapter_guide_names_every_event_action() -> None:
-    from kvpocket.verify.trace import CHOICE_KINDS, OBSERVED_KEYS, event_params
+    from kvpocket.verify.traces.trace import CHOICE_KINDS, OBSERVED_KEYS, event_params
 
     guide = (ROOT / "docs" / "adapter-guide.md").read_text()
     for name, params in event_params().items():

@@ -45,3 +45,26 @@ def test_non_editable_install_imports_only_kvpocket(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, check=True,
                          capture_output=True, text=True, env={"PYTHONPATH": str(target)})
     assert out.stdout.strip() == "ok"
+
+
+def test_every_module_name_is_unique() -> None:
+    """One name, one module: `grep`, tracebacks and docs never have to say which `logic`."""
+    names: dict[str, list[str]] = {}
+    for top in ("model", "impl", "verify"):
+        for p in (ROOT / top).rglob("*.py"):
+            if p.name not in ("__init__.py", "__main__.py"):
+                names.setdefault(p.stem, []).append(str(p.relative_to(ROOT)))
+    assert {n: ps for n, ps in names.items() if len(ps) > 1} == {}
+
+
+def test_no_package_export_shadows_its_submodule() -> None:
+    """`from .bmc import bmc` in an `__init__` would make `import pkg.bmc as m` bind the
+    function, not the module (monkeypatching and docs then reach the wrong object)."""
+    import importlib
+
+    for init in (ROOT / "verify").rglob("__init__.py"):
+        pkg = "kvpocket." + ".".join(init.parent.relative_to(ROOT).parts)
+        mod = importlib.import_module(pkg)
+        subs = {p.stem for p in init.parent.glob("*.py")} | {p.name for p in init.parent.iterdir()
+                                                                if (p / "__init__.py").is_file()}
+        assert not set(getattr(mod, "__all__", ())) & subs, pkg

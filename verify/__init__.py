@@ -1,2 +1,14 @@
-"""kvpocket's verifiers: presets, the CLI, Z3 proofs and bounded model checking,
-lockstep conformance testing, fuzz and seeded-bug campaigns, benchmarks."""
+"""kvpocket's verifiers, one subpackage per engine, all reading the model's tables.
+
+* `conformance`  the implementation against the model in lockstep: adapter, Hypothesis
+                 rules, fuzz campaigns and the default matrix, replay, shrinking.
+* `proofs`       Z3: proof obligations, the symbolic executor, BMC, the `prove` matrix.
+* `traces`       the trace and event-log formats, the trace checker, the recorder.
+* `quality`      seeded bugs (mutants, the bug zoo) and the mutation-testing probe.
+* `bench`        `kvpocket bench`: decode A/B, verifier speed, device throughput.
+* `cli`          the `kvpocket` command line and the generated docs.
+* `presets`      the named configurations every engine shares.
+
+Subpackage `__init__`s re-export each engine's public names, never a function named like
+its module (`proofs.bmc` stays the module; the function is `proofs.bmc.bmc`).
+"""

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SimulatorError
+from ..exceptions import SimulatorError
 from .protocol import EventRef, StreamRef
 
 

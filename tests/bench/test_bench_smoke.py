@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kvpocket.verify import bench, cli
+from kvpocket.verify.bench import device
 
 REQUIRED = ("pocket", "batch", "window", "tokens_per_block", "pressure",
             "allocator_calls_per_step", "events_per_step", "resize_us_median", "resize_us_p99",
@@ -124,7 +125,7 @@ def test_gpu_suite_without_gpu(capsys: pytest.CaptureFixture[str],
 
 def test_simulator_gpu_paths() -> None:
     """The GPU-suite measurements, run on the simulator (tiny) so their code is exercised."""
-    mg = bench.migration_bandwidth("numpy", slot_bytes=4096, pages=8, reps=2)
+    mg = device.migration_bandwidth("numpy", slot_bytes=4096, pages=8, reps=2)
     assert mg["migrations"] == 2 * 2 * 8 and mg["gpu_to_host_ratio_vs_bulk"] > 0
-    orc = bench.oracle_throughput("numpy", batch=2, steps=40, window=8, tpb=4)
+    orc = device.oracle_throughput("numpy", batch=2, steps=40, window=8, tpb=4)
     assert orc["mismatches"] == 0 and orc["decode_steps_per_second"] > 0

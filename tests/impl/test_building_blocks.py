@@ -10,8 +10,8 @@ import pytest
 from kvpocket.impl import backend as backend_mod
 from kvpocket.impl.allocator import FirstSlotPolicy, SlotAllocator
 from kvpocket.impl.backend import NumpyBackend, gpu_available, make_backend
-from kvpocket.impl.errors import DoubleReleaseError, SlotChoiceError
 from kvpocket.impl.eviction import EvictionQueue
+from kvpocket.impl.exceptions import DoubleReleaseError, SlotChoiceError
 from kvpocket.impl.radix import ROOT, RadixTree
 from kvpocket.impl.undo import Op
 

@@ -83,7 +83,7 @@ def test_graph_sees_type_checking_and_local_imports() -> None:
     assert "impl.kvcache" in graph["impl.manager"]
     assert "impl.storage" in graph["impl.transactions"]  # TYPE_CHECKING only
     assert "impl.backend.cupy_backend" in graph["impl.backend"]  # function-local
-    assert "impl.errors" in graph["impl.backend.numpy_sim"]  # `from ..errors`
+    assert "impl.exceptions" in graph["impl.backend.numpy_sim"]  # `from ..exceptions`
 
 
 def test_impl_import_graph_is_acyclic() -> None:

@@ -11,8 +11,8 @@ import pytest
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.impl.snapshot import choice_labels, page_locations
 from kvpocket.verify.presets import preset
-from kvpocket.verify.trace import read_events
-from kvpocket.verify.tracecheck import check_events
+from kvpocket.verify.traces.trace import read_events
+from kvpocket.verify.traces.tracecheck import check_events
 
 CASE = Path(__file__).parents[2] / "verify" / "regressions" / "false-alarm-nested-cascade.jsonl"
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvpocket.impl.backend import NumpyBackend, StreamSimulator
-from kvpocket.impl.errors import SimulatorError
+from kvpocket.impl.exceptions import SimulatorError
 
 
 def test_work_runs_only_when_advanced() -> None:

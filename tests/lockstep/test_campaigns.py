@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from kvpocket.model.config import PocketPolicy
-from kvpocket.verify.cli import main
-from kvpocket.verify.fuzz import CampaignSpec, expected_rare_states, run_worker
+from kvpocket.verify.cli.commands import main
+from kvpocket.verify.conformance.fuzz import CampaignSpec, expected_rare_states, run_worker
+from kvpocket.verify.conformance.replay import replay
 from kvpocket.verify.presets import PRESETS
-from kvpocket.verify.replay import replay
-from kvpocket.verify.trace import read_trace
+from kvpocket.verify.traces.trace import read_trace
 
 
 @pytest.mark.parametrize("preset", ["tiny", "two-level"])

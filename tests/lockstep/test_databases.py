@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvpocket.model.config import PocketPolicy
-from kvpocket.verify.fuzz import CampaignSpec, run_campaign, run_worker
+from kvpocket.verify.conformance.fuzz import CampaignSpec, run_campaign, run_worker
 from kvpocket.verify.presets import PRESETS
 
 UNSAFE = PRESETS["tiny"].config.with_pocket(True, PocketPolicy.UNSAFE)

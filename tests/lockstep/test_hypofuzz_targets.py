@@ -7,9 +7,9 @@ them as coverage-guided campaigns; under pytest they run a small derandomized bu
 from __future__ import annotations
 
 from kvpocket.model.config import PocketPolicy
-from kvpocket.verify.machine import machine_for
+from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings
+from kvpocket.verify.conformance.stateful import machine_for
 from kvpocket.verify.presets import PRESETS
-from kvpocket.verify.profiles import PROFILES, hypothesis_settings
 
 _SMALL = hypothesis_settings(PROFILES["ci"], max_examples=10, steps=30)
 

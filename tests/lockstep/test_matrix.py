@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from kvpocket.model.config import PocketPolicy
-from kvpocket.verify.cli import main
-from kvpocket.verify.fuzz import CampaignSpec, CampaignUsageError, run_worker
-from kvpocket.verify.lockstep import RARE_STATES
-from kvpocket.verify.matrix import DEFAULT_MATRIX, OFF, matrix_cells, run_matrix, slice_seed
+from kvpocket.verify.cli.commands import main
+from kvpocket.verify.conformance.fuzz import CampaignSpec, CampaignUsageError, run_worker
+from kvpocket.verify.conformance.lockstep import RARE_STATES
+from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX, OFF, matrix_cells, run_matrix, slice_seed
+from kvpocket.verify.conformance.replay import replay
 from kvpocket.verify.presets import PRESETS
-from kvpocket.verify.replay import replay
-from kvpocket.verify.trace import read_trace
+from kvpocket.verify.traces.trace import read_trace
 
 
 def test_the_matrix_spans_every_hazard_dimension() -> None:

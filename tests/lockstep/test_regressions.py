@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvpocket.verify.replay import replay
-from kvpocket.verify.trace import read_trace
+from kvpocket.verify.conformance.replay import replay
+from kvpocket.verify.traces.trace import read_trace
 
 REGRESSIONS = sorted((Path(__file__).parents[2] / "verify" / "regressions").glob("*.jsonl"))
 

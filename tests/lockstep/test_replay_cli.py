@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvpocket.verify.cli import main
+from kvpocket.verify.cli.commands import main
 from kvpocket.verify.presets import PRESETS
 
 REGRESSIONS = Path(__file__).parents[2] / "verify" / "regressions"

@@ -15,12 +15,12 @@ from kvpocket.model.errors import CapacityError, ChoiceRejected, MissingChoice
 from kvpocket.model.executor import CHOICE_KINDS, Executor, RecordedChooser
 from kvpocket.model.machine import Model
 from kvpocket.model.spec import spec_json
-from kvpocket.verify.adapter import alphabet, check_params
-from kvpocket.verify.bmc import api_instances
-from kvpocket.verify.lockstep import Lockstep
+from kvpocket.verify.conformance.lockstep import Lockstep
 from kvpocket.verify.presets import preset
-from kvpocket.verify.trace import parse_events, parse_trace
-from kvpocket.verify.tracecheck import check_events
+from kvpocket.verify.proofs.bmc import api_instances
+from kvpocket.verify.traces.alphabet import alphabet, check_params
+from kvpocket.verify.traces.trace import parse_events, parse_trace
+from kvpocket.verify.traces.tracecheck import check_events
 
 
 def _toy(ex: Executor, level: int) -> None:

@@ -1,4 +1,4 @@
-"""The quality tier: every seeded bug (`kvpocket.verify.mutants.MUTANTS`) is killed by
+"""The quality tier: every seeded bug (`kvpocket.verify.quality.seeded.MUTANTS`) is killed by
 the default campaign (the matrix `kvpocket fuzz` runs) or, for a spec bug the API cannot
 reach, by Z3 induction; and the unmodified kit raises no false alarm on the presets the
 mutants were written for. Run with `pytest -m quality -n 2`."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kvpocket.model import mutants as switchboard
-from kvpocket.verify.mutants import (
+from kvpocket.impl import mutants as switchboard
+from kvpocket.verify.quality.seeded import (
     CONFIGS,
     MUTANTS,
     _induction_only,

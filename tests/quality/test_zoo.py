@@ -1,4 +1,4 @@
-"""The bug zoo (`kvpocket.verify.zoo.ZOO`): bugs reported against real KV-cache managers,
+"""The bug zoo (`kvpocket.verify.quality.zoo.ZOO`): bugs reported against real KV-cache managers,
 recreated in `impl/`. Each one must be killed by the DEFAULT campaign (`run_matrix`, what
 `kvpocket fuzz` runs with no options), not by a preset chosen for it. That the unmutated
 kit raises no alarm on the same campaign is tested with the matrix itself.
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kvpocket.model import mutants as switchboard
-from kvpocket.verify.mutants import DETECTORS, MUTANTS, MutantResult, run_mutants
-from kvpocket.verify.zoo import HAZARDS, ZOO, run_zoo_bug
+from kvpocket.impl import mutants as switchboard
+from kvpocket.verify.quality.seeded import DETECTORS, MUTANTS, MutantResult, run_mutants
+from kvpocket.verify.quality.zoo import HAZARDS, ZOO, run_zoo_bug
 
 pytestmark = [pytest.mark.quality, pytest.mark.slow]
 
@@ -95,7 +95,7 @@ def test_zoo_bug_is_killed_by_the_default_campaign(name: str, tmp_path: Path) ->
 def test_stale_block_table_reproducer_is_caught() -> None:
     """The survivor's shortest scenario: the lockstep check flags it at once (the gap is
     in generation, not in the checks)."""
-    from kvpocket.verify.lockstep import Divergence, Lockstep
+    from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
     from kvpocket.verify.presets import PRESETS
 
     steps: list[tuple[str, dict[str, object]]] = [("create", {"seq": 0, "prompt": []}),

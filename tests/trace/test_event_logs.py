@@ -11,11 +11,11 @@ import pytest
 
 from kvpocket.impl.eventlog import error_category
 from kvpocket.impl.manager import KVCacheManager
-from kvpocket.verify.cli import main
+from kvpocket.verify.cli.commands import main
 from kvpocket.verify.presets import preset
-from kvpocket.verify.record import record
-from kvpocket.verify.trace import TraceError, parse_events, read_events
-from kvpocket.verify.tracecheck import CheckResult, EventChecker, check_events
+from kvpocket.verify.traces.record import record
+from kvpocket.verify.traces.trace import TraceError, parse_events, read_events
+from kvpocket.verify.traces.tracecheck import EventChecker, TraceVerdict, check_events
 
 VALID = [("tiny", "revalidate"), ("tiny", "pin"), ("offset", "revalidate"), ("offset", "pin"),
          ("three-level", "revalidate"), ("split-pools", "pin"), ("two-level", "revalidate"),
@@ -37,7 +37,7 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def _check(path: Path, policy: str | None = None) -> CheckResult:
+def _check(path: Path, policy: str | None = None) -> TraceVerdict:
     log = read_events(path)
     cfg = log.config if policy is None else log.config.with_pocket(True, policy)
     return check_events(log, cfg, str(path))
@@ -72,7 +72,7 @@ def test_recorded_logs_exercise_the_pocket(tmp_path: Path) -> None:
 def test_every_usage_error_has_a_model_category() -> None:
     """Usage errors carry the model's category (one table for the event log and the
     lockstep); capacity failures and internal errors carry none."""
-    from kvpocket.impl import errors as e
+    from kvpocket.impl import exceptions as e
     from kvpocket.model import errors as model_errors
 
     model_categories = {c.category for c in vars(model_errors).values()

@@ -8,9 +8,10 @@ import pytest
 
 from kvpocket.model.machine import Model
 from kvpocket.model.state import Layout
-from kvpocket.verify.bmc import BmcResult, api_instances, bmc, unroll_step
-from kvpocket.verify.lockstep import Divergence, Lockstep
-from kvpocket.verify.prove import (
+from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
+from kvpocket.verify.conformance.replay import _ForcedSlots, replay
+from kvpocket.verify.proofs.bmc import BmcResult, api_instances, bmc, unroll_step
+from kvpocket.verify.proofs.prove import (
     DEFAULT_MATRIX,
     PARK_DEPTH,
     PARK_PREFIX,
@@ -18,8 +19,7 @@ from kvpocket.verify.prove import (
     UNSAFE_DEPTH,
     write_bmc_trace,
 )
-from kvpocket.verify.replay import _ForcedSlots, replay
-from kvpocket.verify.trace import TraceStep, read_trace, replay_on_model
+from kvpocket.verify.traces.trace import TraceStep, read_trace, replay_on_model
 
 # The first five steps of the migration-during-park scenario: a page is parked.
 PREFIX = list(PARK_PREFIX)
@@ -124,7 +124,7 @@ def test_default_matrix_covers_levels_sequences_and_both_bmc_layers() -> None:
 
 def test_values_too_wide_for_the_bit_vectors_stop_the_search_as_unknown(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvpocket.verify.bmc as bmc_module
+    import kvpocket.verify.proofs.bmc as bmc_module
 
     # 4-bit integers (3 for the values, with a margin) cannot hold capacity 6: the search
     # stops with a reason after the first step instead of letting the arithmetic wrap.

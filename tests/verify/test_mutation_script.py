@@ -1,4 +1,4 @@
-"""Cheap checks of the mutation-testing kit (scripts/mutation.sh + verify/mutation_probe.py).
+"""Cheap checks of the mutation-testing kit (scripts/mutation.sh + verify/quality/mutation_probe.py).
 
 Nothing here runs cosmic-ray or a campaign: the script's syntax, the configuration it
 writes, the filters, the sample and the score arithmetic.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kvpocket.verify import mutation_probe as mp
+from kvpocket.verify.quality import mutation_probe as mp
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "mutation.sh"

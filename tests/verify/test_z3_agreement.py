@@ -17,7 +17,7 @@ from kvpocket.model.logic import CONCRETE
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS, PageAction
 from kvpocket.model.state import Layout, State
-from kvpocket.verify.symbolic import (
+from kvpocket.verify.proofs.symbolic import (
     Instance,
     equal_states,
     fix_state,
@@ -26,7 +26,7 @@ from kvpocket.verify.symbolic import (
     state_slots,
     symbolic_state,
 )
-from kvpocket.verify.z3ops import Z3OPS, bitvectors, py_int, tag, to_z3
+from kvpocket.verify.proofs.z3ops import Z3OPS, bitvectors, py_int, tag, to_z3
 
 CFG = KVConfig(tokens_per_block=2, life_cycles=(swa_life_cycle(window=3), full_life_cycle()),
                slots_per_level=(3, 2), num_sequences=2, max_blocks=3).with_pocket(True, "revalidate")
@@ -131,7 +131,7 @@ def _mutate(action: PageAction) -> PageAction:
 
 def _weaken(action: PageAction) -> PageAction:
     """The same action with its last guard condition dropped."""
-    return replace(action, guard=lambda ops, lay, s, p: action.guard(ops, lay, s, p)[:-1])
+    return replace(action, conditions=lambda ops, lay, s, p: action.conditions(ops, lay, s, p)[:-1])
 
 
 def test_agreement_check_detects_a_one_sided_change() -> None:

@@ -8,9 +8,16 @@ from pathlib import Path
 import pytest
 
 from kvpocket.model.state import Layout
-from kvpocket.verify.logic import PROVED, VIOLATED, check_consecution, prove_config
-from kvpocket.verify.prove import PROVE_CONFIGS, run_prove
-from kvpocket.verify.trace import Trace, TraceError, TraceStep, read_trace, replay_on_model, write_trace
+from kvpocket.verify.proofs.obligations import PROVED, VIOLATED, check_consecution, prove_config
+from kvpocket.verify.proofs.prove import PROVE_CONFIGS, run_prove
+from kvpocket.verify.traces.trace import (
+    Trace,
+    TraceError,
+    TraceStep,
+    read_trace,
+    replay_on_model,
+    write_trace,
+)
 
 
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])

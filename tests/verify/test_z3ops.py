@@ -6,8 +6,8 @@ from typing import Any
 
 import z3
 
-from kvpocket.verify.symbolic import _lowest
-from kvpocket.verify.z3ops import Z3OPS, bitvectors, int_var, lit, py_int, tag, to_z3, values
+from kvpocket.verify.proofs.symbolic import _lowest
+from kvpocket.verify.proofs.z3ops import Z3OPS, bitvectors, int_var, lit, py_int, tag, to_z3, values
 
 
 def test_tags_fold_comparisons_lookups_and_singletons() -> None:

@@ -18,8 +18,7 @@ from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
 from kvpocket.model.executor import RecordedChooser, Step
 from kvpocket.model.machine import Model
 from kvpocket.model.state import State
-
-from .trace import NO_RESULT, Event, EventLog
+from kvpocket.verify.traces.trace import NO_RESULT, Event, ParsedEventLog
 
 Where = tuple[int, int, int]
 
@@ -29,7 +28,7 @@ class ConfigTooSmall(Exception):
 
 
 @dataclass
-class CheckResult:
+class TraceVerdict:
     ok: bool
     events: int  # events checked (including the failing one)
     line: int | None = None
@@ -285,8 +284,8 @@ class EventChecker:
         return head + [x for e in entries[-limit:] for x in e]
 
 
-def check_events(log: EventLog, cfg: KVConfig | None = None, name: str = "event log"
-                 ) -> CheckResult:
+def check_events(log: ParsedEventLog, cfg: KVConfig | None = None, name: str = "event log"
+                 ) -> TraceVerdict:
     """Check every event of `log` (on `cfg`, default the log's own configuration)."""
     checker = EventChecker(cfg or log.config)
     for n, ev in enumerate(log.events, 1):
@@ -300,8 +299,8 @@ def check_events(log: EventLog, cfg: KVConfig | None = None, name: str = "event 
                 lines.append(f"history of the locations involved ({where}; "
                              "as [level, pool_group, slot]):")
                 lines.extend(hist or ["  (no earlier event touched them)"])
-            return CheckResult(False, n, ev.line, f.kind, "\n".join(lines))
-    return CheckResult(True, len(log.events))
+            return TraceVerdict(False, n, ev.line, f.kind, "\n".join(lines))
+    return TraceVerdict(True, len(log.events))
 
 
 def _show(v: object) -> str:

@@ -331,7 +331,7 @@ def cmd_shard(args: argparse.Namespace) -> int:
 # ---- the per-mutant test command -------------------------------------------------------
 def repo_root() -> Path:
     """The tree this module was imported from (the scratch copy when mutation runs)."""
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def fuzz_command(budget_s: float, seed: int, out_dir: str, python: str = sys.executable) -> list[str]:
@@ -518,7 +518,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 # ---- CLI -------------------------------------------------------------------------------
 def cmd_config(args: argparse.Namespace) -> int:
-    command = " ".join([sys.executable, "-m", "kvpocket.verify.mutation_probe", "run",
+    command = " ".join([sys.executable, "-m", "kvpocket.verify.quality.mutation_probe", "run",
                         "--budget", str(args.budget), "--hard", str(args.hard), "--seed", str(args.seed)])
     excl = [e for e in (args.exclude_operators or "").split(",") if e]
     Path(args.out).write_text(config_text(command, args.hard + 30, excl))

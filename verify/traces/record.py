@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from kvpocket.impl.backend.numpy_sim import NumpyBackend
-from kvpocket.impl.errors import KVPocketError
+from kvpocket.impl.exceptions import KVPocketError
 from kvpocket.impl.kvcache import KVCache
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.model.config import KVConfig, SeqStatus

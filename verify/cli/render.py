@@ -71,7 +71,7 @@ class CampaignProgress:
     def _refresh(self, force: bool = False) -> None:
         import time
 
-        from .machine import STATS
+        from kvpocket.verify.conformance.stateful import STATS
 
         now = time.monotonic()
         if not self.show or (not force and now - self.last < 0.2):

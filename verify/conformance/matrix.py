@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpocket.model.config import KVConfig, PocketPolicy
-
-from .fuzz import (
+from kvpocket.verify.conformance.fuzz import (
     CampaignReport,
     CampaignSpec,
     expected_rare_states,
@@ -37,8 +36,8 @@ from .fuzz import (
     worker_entry,
     write_text_atomic,
 )
-from .lockstep import RARE_STATES
-from .presets import PRESETS
+from kvpocket.verify.conformance.lockstep import RARE_STATES
+from kvpocket.verify.presets import PRESETS
 
 OFF = "off"  # a cell's policy when its pocket is disabled
 
@@ -227,7 +226,7 @@ def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
             on_slice(cell.name, r)
         return bool(r.failures) and not keep_going
 
-    from .render import MatrixProgress
+    from kvpocket.verify.cli.render import MatrixProgress
 
     with MatrixProgress(report, budget_s, show_progress) as bar:
         try:

@@ -35,8 +35,7 @@ from kvpocket.model.errors import UsageError
 from kvpocket.model.logic import Term
 from kvpocket.model.pages import PAGE_ACTIONS, Params
 from kvpocket.model.state import Layout, State
-
-from .z3ops import Z3OPS, Z3Ops, Z3Term, int_var, lit, py_int, same, tag, to_z3, values
+from kvpocket.verify.proofs.z3ops import Z3OPS, Z3Ops, Z3Term, int_var, lit, py_int, same, tag, to_z3, values
 
 CONCRETE_ONLY = ("tokens", "block_keys")
 ARRAY_FIELDS: tuple[str, ...] = tuple(
@@ -210,7 +209,7 @@ class ChoiceRecord:
 
 
 @dataclass
-class StepRecord:
+class SymbolicStep:
     action: str
     params: dict[str, Term]
     pc: Term
@@ -232,7 +231,7 @@ class SymbolicExecutor:
         self.constraints: list[Z3Term] = []
         self.guard_errors: list[tuple[str, Term]] = []
         self.choices: list[ChoiceRecord] = []
-        self.steps: list[StepRecord] = []
+        self.steps: list[SymbolicStep] = []
         self._cuts = 0  # cut-point variables named so far
         self._atoms: dict[int, Z3Term] = {id(v): v for v in _elements(state)}
 
@@ -250,7 +249,7 @@ class SymbolicExecutor:
                 self.guard_errors.append((f"{action}: {label}", err))
         post = a.effect(self.ops, self.lay, self.s, params)
         self.s = self._cut(merge(self.ops, pc, post, self.s))
-        self.steps.append(StepRecord(action, dict(params), pc))
+        self.steps.append(SymbolicStep(action, dict(params), pc))
 
     def _cut(self, s: State) -> State:
         """Name every new compound element by a fresh variable (keeps terms linear)."""
@@ -362,7 +361,7 @@ class ApiStep:
     guard_errors: list[tuple[str, Term]]
     choices: list[ChoiceRecord]
     constraints: list[Z3Term]
-    steps: list[StepRecord] = field(default_factory=list)
+    steps: list[SymbolicStep] = field(default_factory=list)
 
 
 def run_api(lay: Layout, pre: State, program: Callable[..., None], action: str,

@@ -8,7 +8,7 @@ from typing import Any
 
 import z3
 
-from .z3ops import Z3Term, py_int, to_z3
+from kvpocket.verify.proofs.z3ops import Z3Term, py_int, to_z3
 
 DEFAULT_TIMEOUT_MS = 60_000
 
@@ -20,22 +20,22 @@ def new_solver(timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Any:
 
 
 @dataclass
-class CheckResult:
+class SolverAnswer:
     status: str  # "sat", "unsat" or "unknown"
     seconds: float
     model: Any = None  # a z3 ModelRef when sat
     reason: str = ""  # why unknown (timeout, ...)
 
 
-def check(solver: Any, *assumptions: Z3Term) -> CheckResult:
+def check(solver: Any, *assumptions: Z3Term) -> SolverAnswer:
     t0 = time.perf_counter()
     r = solver.check(*[to_z3(a) for a in assumptions])
     dt = time.perf_counter() - t0
     if r == z3.sat:
-        return CheckResult("sat", dt, solver.model())
+        return SolverAnswer("sat", dt, solver.model())
     if r == z3.unsat:
-        return CheckResult("unsat", dt)
-    return CheckResult("unknown", dt, reason=str(solver.reason_unknown()))
+        return SolverAnswer("unsat", dt)
+    return SolverAnswer("unknown", dt, reason=str(solver.reason_unknown()))
 
 
 def is_true(model: Any, term: Z3Term) -> bool:

@@ -22,13 +22,12 @@ from hypothesis.errors import FailedHealthCheck, InvalidArgument
 from hypothesis.stateful import get_state_machine_test
 
 from kvpocket.model.config import KVConfig, PocketPolicy
-
-from .lockstep import RARE_STATES
-from .machine import STATS, machine_for
-from .profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
-from .replay import replay
-from .shrink import minimize
-from .trace import Trace, TraceStep
+from kvpocket.verify.conformance.lockstep import RARE_STATES
+from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
+from kvpocket.verify.conformance.replay import replay
+from kvpocket.verify.conformance.shrink import minimize
+from kvpocket.verify.conformance.stateful import STATS, machine_for
+from kvpocket.verify.traces.trace import Trace, TraceStep
 
 
 def expected_rare_states(cfg: KVConfig) -> list[str]:
@@ -160,7 +159,8 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
     write_text_atomic(test_path,
         f'"""Reproducer written by `kvpocket fuzz` (config {spec.config_name}, seed '
         f'{spec.seed}).\n\n{first}\n"""\n\n'
-        "from kvpocket.verify.replay import replay\nfrom kvpocket.verify.trace import parse_trace\n\n"
+        "from kvpocket.verify.conformance.replay import replay\n"
+        "from kvpocket.verify.traces.trace import parse_trace\n\n"
         f"TRACE = r'''\n{body}\n'''\n\n\n"
         "def test_reproduces() -> None:\n"
         "    result = replay(parse_trace(TRACE.splitlines()))\n"
@@ -273,7 +273,7 @@ def merge(reports: list[CampaignReport], spec: CampaignSpec, seconds: float) -> 
 
 def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = True
                  ) -> CampaignReport:
-    from .render import CampaignProgress
+    from kvpocket.verify.cli.render import CampaignProgress
 
     start = time.monotonic()
     if workers <= 1:

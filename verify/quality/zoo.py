@@ -1,12 +1,12 @@
 """The bug zoo: bugs reported against real KV-cache managers, recreated in `impl/`.
 
-Separate from the seeded mutants (`verify/mutants.py: MUTANTS`), which were written
+Separate from the seeded mutants (`verify/quality/seeded.py: MUTANTS`), which were written
 alongside the kit: the zoo is the kit's test of teeth on bugs it was *not* built around
 (issue 12). Each `ZooBug` is one upstream report recreated as its hazard class in
 kvpocket's terms, behind a one-line `if mutants.active("zoo-...")` switch in `impl/`
 (off by default; `with enable(name):` or `KVPOCKET_MUTANT=name` switches it on).
 
-A zoo bug must be killed by the *default campaign* (`verify/matrix.py: run_matrix`, what
+A zoo bug must be killed by the *default campaign* (`verify/conformance/matrix.py: run_matrix`, what
 `kvpocket fuzz` runs with no options), not by a preset picked per bug. `preset` and
 `policy` below only name where the bug is reachable, for a targeted campaign when the
 matrix is unavailable and for the record. `kvpocket mutants --zoo` runs them all;
@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvpocket.impl.mutants import enable
 from kvpocket.model.config import KVConfig, PocketPolicy
-from kvpocket.model.mutants import enable
 
 if TYPE_CHECKING:
-    from .mutants import MutantResult
+    from kvpocket.verify.quality.seeded import MutantResult
 
 HAZARDS = ("write-after-read", "use-after-free", "double free", "leak", "stale mapping",
            "aliasing", "over-credit", "duplicate entry", "lost pin")
@@ -42,7 +42,7 @@ class ZooBug:
     policy: str = "revalidate"
 
     def config(self) -> KVConfig:
-        from .mutants import CONFIGS
+        from kvpocket.verify.quality.seeded import CONFIGS
 
         return CONFIGS[self.preset].with_pocket(True, PocketPolicy.parse(self.policy))
 
@@ -198,7 +198,7 @@ def run_zoo_bug(bug: ZooBug, budget_s: float = 60.0, seed: int = 0, workers: int
     the zoo is judged by), and says so in `campaign`."""
     import tempfile
 
-    from .mutants import MutantResult, default_campaign, detector_of, lockstep_campaign
+    from kvpocket.verify.quality.seeded import MutantResult, default_campaign, detector_of, lockstep_campaign
 
     res = MutantResult(bug.name, "impl", origin=bug.origin, hazard=bug.hazard)
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-zoo-")

@@ -18,8 +18,7 @@ from pathlib import Path
 from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
 from kvpocket.model.errors import UsageError
 from kvpocket.model.spec import mermaid_page_life, spec_json
-
-from .presets import DEFAULT_PRESET, PRESETS, preset
+from kvpocket.verify.presets import DEFAULT_PRESET, PRESETS, preset
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -59,7 +58,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
-    from .render import print_spec
+    from kvpocket.verify.cli.render import print_spec
 
     print_spec(data)
     return EXIT_OK
@@ -142,7 +141,7 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
 
 
 def _list_configs() -> None:
-    from .matrix import DEFAULT_MATRIX
+    from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX
 
     for p in PRESETS.values():
         print(f"{p.name:12} {p.description}")
@@ -154,9 +153,9 @@ def _list_configs() -> None:
 def cmd_fuzz(args: argparse.Namespace) -> int:
     """Run a lockstep fuzz campaign: implementation against the model (by default the
     matrix of configurations and policies that reaches every hazard)."""
-    from .fuzz import CampaignSpec, CampaignUsageError, run_campaign, write_json
-    from .profiles import PROFILES
-    from .render import print_campaign
+    from kvpocket.verify.cli.render import print_campaign
+    from kvpocket.verify.conformance.fuzz import CampaignSpec, CampaignUsageError, run_campaign, write_json
+    from kvpocket.verify.conformance.profiles import PROFILES
 
     if args.backend not in ("numpy", "cupy"):
         raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
@@ -210,8 +209,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: int) -> int:
-    from .matrix import DEFAULT_MATRIX, run_matrix, write_matrix_json
-    from .render import print_matrix
+    from kvpocket.verify.cli.render import print_matrix
+    from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX, run_matrix, write_matrix_json
 
     minutes = args.minutes if args.minutes is not None else DEFAULT_MATRIX_MINUTES
     workers = args.workers or max(1, min(cores, len(DEFAULT_MATRIX)))
@@ -241,8 +240,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace on the implementation and the model; print the first divergence."""
     from pathlib import Path
 
-    from .replay import replay
-    from .trace import TraceError, read_trace
+    from kvpocket.verify.conformance.replay import replay
+    from kvpocket.verify.traces.trace import TraceError, read_trace
 
     if args.backend not in (None, "numpy", "cupy"):
         raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
@@ -260,28 +259,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _prove_args(p: argparse.ArgumentParser) -> None:
-    from .prove import add_prove_arguments
+    from kvpocket.verify.proofs.prove import add_prove_arguments
 
     add_prove_arguments(p)
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
     """Prove the page-layer invariants (induction) and run bounded model checking (Z3)."""
-    from .prove import run_prove
+    from kvpocket.verify.proofs.prove import run_prove
 
     return run_prove(args.config, args.policy, args.depth, args.json_path, args.out,
                      workers=args.workers, page_depth=args.page_depth)
 
 
 def _bench_args(p: argparse.ArgumentParser) -> None:
-    from .bench import add_bench_arguments
+    from kvpocket.verify.bench.suite import add_bench_arguments
 
     add_bench_arguments(p)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmarks: what the pocket buys, what it costs, and how fast the verifier is."""
-    from .bench import run_bench
+    from kvpocket.verify.bench.suite import run_bench
 
     return run_bench(args)
 
@@ -315,8 +314,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _trace_check(args: argparse.Namespace) -> int:
-    from .trace import TraceError, read_events
-    from .tracecheck import ConfigTooSmall, check_events
+    from kvpocket.verify.traces.trace import TraceError, read_events
+    from kvpocket.verify.traces.tracecheck import ConfigTooSmall, check_events
 
     try:
         log = read_events(args.log)
@@ -338,7 +337,7 @@ def _trace_check(args: argparse.Namespace) -> int:
 
 
 def _trace_record(args: argparse.Namespace) -> int:
-    from .record import record
+    from kvpocket.verify.traces.record import record
 
     _positive_int("--steps", args.steps)
     cfg = config_from_args(args.config, args.policy)
@@ -352,14 +351,14 @@ def _trace_record(args: argparse.Namespace) -> int:
 
 
 def _mutants_args(p: argparse.ArgumentParser) -> None:
-    from .mutants import add_mutants_arguments
+    from kvpocket.verify.quality.seeded import add_mutants_arguments
 
     add_mutants_arguments(p)
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     """Seeded bugs: run the campaigns against each mutant and print the kill matrix."""
-    from .mutants import run_mutants
+    from kvpocket.verify.quality.seeded import run_mutants
 
     return run_mutants(args.only, args.budget, args.json_path, args.list_only,
                        zoo=args.zoo)

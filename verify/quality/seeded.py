@@ -1,10 +1,12 @@
 """The seeded-bug (mutation) campaign: does the kit find realistic bugs, and how fast?
 
-Each mutant in `MUTANTS` is a named bug switched on without editing a source file
-(`kvpocket.model.mutants`: a set lookup in the implementation and in the model's page
-layer and programs, or `KVPOCKET_MUTANT=name`). For each one `run_mutants`:
+Each mutant in `MUTANTS` is a named bug switched on without editing a source file. An
+implementation mutant is a `mutants.active(name)` branch in `impl/` (`kvpocket.impl.mutants`,
+or `KVPOCKET_MUTANT=name`); a spec mutant overrides one of the model's labelled conditions
+from outside (`kvpocket.model.overrides`: the spec carries no switches). For each one
+`run_mutants`:
 
-* runs the default campaign (`verify/matrix.py`: what `kvpocket fuzz` runs with no
+* runs the default campaign (`verify/conformance/matrix.py`: what `kvpocket fuzz` runs with no
   options, not a preset chosen for the bug) with the switch on in-process and always
   restored, stopping at the first failure; its kind names the detector;
 * for a bug that corrupts KV data, runs a small paged-vs-dense attention scenario
@@ -18,8 +20,8 @@ A mutant is killed when some detector flags it. Output: a kill matrix (mutant x
 detector, with time-to-kill and shrunk trace length), "killed K of N", and a JSON file
 whose rows carry `origin` ("seeded: <modelled on>", or a zoo bug's tracker id).
 
-`--zoo` runs the bug zoo instead (`verify/zoo.py`: bugs reported against real managers,
-recreated in `impl/`), each under the default campaign (`verify/matrix.py`), not a preset
+`--zoo` runs the bug zoo instead (`verify/quality/zoo.py`: bugs reported against real managers,
+recreated in `impl/`), each under the default campaign (`verify/conformance/matrix.py`), not a preset
 chosen per bug; its rows also carry `hazard`.
 """
 
@@ -34,10 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvpocket.impl.mutants import enable
+from kvpocket.model.api import WINDOW_START
 from kvpocket.model.config import KVConfig, PocketPolicy
-from kvpocket.model.mutants import enable
-
-from .presets import PRESETS, decode_config
+from kvpocket.model.overrides import Override, overriding
+from kvpocket.model.pages import POCKET_NOT_FULL, STILL_VALID
+from kvpocket.verify.presets import PRESETS, decode_config
 
 # Campaign configurations: the presets, plus one with room for a full pocket (3+ stale
 # blocks at once), which the presets' small GPU pools never reach.
@@ -73,16 +77,19 @@ class Mutant:
     layer: str  # "impl" (the implementation is wrong) or "model" (the spec is wrong)
     description: str
     modelled_on: str
-    switch: str  # where the `mutants.active(name)` branch lives
+    switch: str  # where it lives: the `mutants.active(name)` branch, or the overridden spec
     preset: str  # lockstep campaign configuration (a `CONFIGS` name)
     policy: str = "revalidate"
     data: bool = False  # corrupts KV data: the attention check runs too
     actions: tuple[str, ...] = ()  # model mutants: page actions whose consecution Z3 checks
     prove_config: str = "gpu-host"  # model mutants: `prove.PROVE_CONFIGS` name
+    overrides: dict[str, Override] = field(default_factory=dict)  # model mutants: label -> override
 
     def config(self) -> KVConfig:
         return CONFIGS[self.preset].with_pocket(True, PocketPolicy.parse(self.policy))
 
+
+ALWAYS: Override = ("always", True)  # a spec mutant that drops a labelled condition
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     # ---- the implementation ------------------------------------------------------------
@@ -145,19 +152,23 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("model-pop-no-revalidate", "model",
            "the spec's pop (revalidate) drops the 'parked page still valid' guard and check",
            "PR #16288 review finding, as a spec bug (= the unsafe policy under revalidate)",
-           "model/pages.py g_pop, model/api.py pop_or_refuse", "tiny", actions=("pop",)),
+           "model/pages.py g_pop, model/api.py pop_or_refuse", "tiny", actions=("pop",),
+           overrides={STILL_VALID: ALWAYS}),
     Mutant("model-park-committed", "model", "the spec's park accepts a committed page",
            "PR #16288 'committed pages kept for prefix reuse are never touched'",
-           "model/pages.py g_park", "tiny", actions=("park",)),
+           "model/pages.py g_park", "tiny", actions=("park",),
+           overrides={"page is uncommitted": ALWAYS}),
     Mutant("model-pocket-no-capacity", "model", "the spec's park ignores the pocket capacity",
            "PR #16288 '2 pages per life cycle' bound",
            "model/pages.py g_park, model/api.py park_or_release", "wide-pocket",
-           actions=("park",)),
+           actions=("park",), overrides={POCKET_NOT_FULL: ALWAYS}),
     Mutant("model-drop-held", "model", "the spec lets the cascade drop a HELD queued page",
            "PR #15931 / upstream §2.4: only DROPPABLE pages may be dropped (HELD ones migrate)",
-           "model/pages.py g_drop", "three-level", actions=("drop",)),
+           "model/pages.py g_drop", "three-level", actions=("drop",),
+           overrides={"page is DROPPABLE": ALWAYS}),
     Mutant("model-window-off-by-one", "model", "the spec's window drops the +1",
-           "upstream §3.2 SWA window arithmetic", "model/api.py _stale", "tiny"),
+           "upstream §3.2 SWA window arithmetic", "model/api.py _stale", "tiny",
+           overrides={WINDOW_START: ("add", -1)}),
 )}
 
 
@@ -208,9 +219,9 @@ class CampaignOutcome:
 def lockstep_campaign(cfg: KVConfig, config_name: str, budget_s: float, examples: int = 60,
                       out_dir: str | None = None) -> CampaignOutcome:
     """The `ci` campaign on `cfg` with whatever mutants are switched on (in this process)."""
-    from .fuzz import CampaignSpec, run_worker
-    from .replay import replay
-    from .trace import read_trace
+    from kvpocket.verify.conformance.fuzz import CampaignSpec, run_worker
+    from kvpocket.verify.conformance.replay import replay
+    from kvpocket.verify.traces.trace import read_trace
 
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
     spec = CampaignSpec(config_name, cfg, profile="ci", examples=examples, out_dir=out)
@@ -246,7 +257,7 @@ def default_campaign(budget_s: float, seed: int = 0, workers: int = 1,
                      out_dir: str | None = None) -> CampaignOutcome:
     """The default campaign (`kvpocket fuzz` with no options: the matrix, stopping at the
     first failure) with whatever mutants are switched on (in this process)."""
-    from .matrix import run_matrix
+    from kvpocket.verify.conformance.matrix import run_matrix
 
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
     t0 = time.monotonic()
@@ -319,10 +330,9 @@ def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
     """Induction (init, consecution of the touched actions, safety), then BMC in the
     remaining budget. Statuses: proved / violated / unknown (timeout)."""
     from kvpocket.model.state import Layout
-
-    from .bmc import bmc
-    from .logic import prove_config
-    from .prove import PROVE_CONFIGS
+    from kvpocket.verify.proofs.bmc import bmc
+    from kvpocket.verify.proofs.obligations import prove_config
+    from kvpocket.verify.proofs.prove import PROVE_CONFIGS
 
     t0 = time.monotonic()
     cfg = PROVE_CONFIGS[m.prove_config].config.with_pocket(True, PocketPolicy.parse(m.policy))
@@ -355,7 +365,7 @@ def run_mutant(m: Mutant, budget_s: float = 60.0, attention: bool = True,
     """Every detector on one mutant, with its switch on (restored afterwards)."""
     res = MutantResult(m.name, m.layer, origin=f"seeded: {m.modelled_on}")
     t0 = time.monotonic()
-    with enable(m.name):
+    with enable(m.name), overriding(m.overrides):
         c = default_campaign(budget_s, out_dir=out_dir)
         res.campaign = f"default campaign, {c.detail}: killed: {c.kind}" if c.killed \
             else c.detail
@@ -381,9 +391,8 @@ def run_mutant(m: Mutant, budget_s: float = 60.0, attention: bool = True,
 
 def _induction_only(m: Mutant) -> dict[str, str]:
     from kvpocket.model.state import Layout
-
-    from .logic import prove_config
-    from .prove import PROVE_CONFIGS
+    from kvpocket.verify.proofs.obligations import prove_config
+    from kvpocket.verify.proofs.prove import PROVE_CONFIGS
 
     if not m.actions:
         return {"induction": "n/a (API-layer definition)"}
@@ -401,7 +410,7 @@ def add_mutants_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", metavar="NAME", default=None,
                         help="one mutant (see --list; zoo names with --zoo)")
     parser.add_argument("--zoo", action="store_true",
-                        help="the bug zoo (real-world bugs, verify/zoo.py) under the default "
+                        help="the bug zoo (real-world bugs, verify/quality/zoo.py) under the default "
                              "campaign, instead of the seeded mutants")
     parser.add_argument("--budget", metavar="SECONDS", type=float, default=60.0,
                         help="time budget per mutant, campaign and Z3 together (default 60)")
@@ -417,12 +426,12 @@ def _usage_error(console: Any, message: str) -> int:
 def run_mutants(only: str | None, budget_s: float, json_path: str | None,
                 list_only: bool, zoo: bool = False) -> int:
     """Run the campaign; 0 when every mutant is killed, 1 when one survives, 2 on bad options.
-    `zoo`: the bug zoo (`verify/zoo.py: ZOO`) under the default campaign instead."""
+    `zoo`: the bug zoo (`verify/quality/zoo.py: ZOO`) under the default campaign instead."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from .zoo import ZOO, run_zoo_bug
+    from kvpocket.verify.quality.zoo import ZOO, run_zoo_bug
 
     console = Console()
     names: list[str] = list(ZOO) if zoo else list(MUTANTS)

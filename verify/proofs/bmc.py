@@ -32,9 +32,8 @@ from kvpocket.model.invariants import INVARIANTS, Invariant
 from kvpocket.model.logic import Term
 from kvpocket.model.machine import Model
 from kvpocket.model.state import Layout, State
-
-from .solver import check, int_value, is_true
-from .symbolic import (
+from kvpocket.verify.proofs.solver import check, int_value, is_true
+from kvpocket.verify.proofs.symbolic import (
     ChoiceRecord,
     effect_state,
     get_slot,
@@ -44,8 +43,8 @@ from .symbolic import (
     slot_name,
     state_slots,
 )
-from .trace import TraceStep, run_api_step
-from .z3ops import Z3OPS, Z3Term, bitvectors, int_var, lit, tag, to_z3, values
+from kvpocket.verify.proofs.z3ops import Z3OPS, Z3Term, bitvectors, int_var, lit, tag, to_z3, values
+from kvpocket.verify.traces.trace import TraceStep, run_api_step
 
 
 @dataclass

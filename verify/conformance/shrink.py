@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from .replay import ReplayResult, replay
-from .trace import Trace
+from kvpocket.verify.conformance.replay import ReplayResult, replay
+from kvpocket.verify.traces.trace import Trace
 
 
 def signature(result: ReplayResult) -> tuple[str, str]:

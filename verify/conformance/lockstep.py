@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from kvpocket.impl.backend.numpy_sim import NumpyBackend
-from kvpocket.impl.errors import UnknownLifeCycleError
+from kvpocket.impl.exceptions import UnknownLifeCycleError
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.impl.snapshot import Where, choice_labels, page_locations
@@ -26,9 +26,15 @@ from kvpocket.model.errors import ChoiceRejected
 from kvpocket.model.executor import CHOICE_KINDS, RecordedChooser
 from kvpocket.model.machine import Model, RunResult
 from kvpocket.model.state import State
-
-from .abstraction import abstract_impl, abstract_model, diff
-from .adapter import Outcome, call_impl, check_params, impl_outcome, model_params, outcome_of
+from kvpocket.verify.conformance.abstraction import abstract_impl, abstract_model, diff
+from kvpocket.verify.conformance.adapter import (
+    Outcome,
+    call_impl,
+    impl_outcome,
+    model_params,
+    outcome_of,
+)
+from kvpocket.verify.traces.alphabet import check_params
 
 UNUSED_ID_BASE = 1_000_000  # implementation id used for a model slot never created
 

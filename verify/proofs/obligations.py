@@ -19,10 +19,9 @@ from kvpocket.model.invariants import INVARIANTS, Invariant
 from kvpocket.model.logic import CONCRETE
 from kvpocket.model.pages import PAGE_ACTIONS
 from kvpocket.model.state import Layout
-
-from .cti import Cti
-from .solver import check, is_true, new_solver
-from .symbolic import (
+from kvpocket.verify.proofs.cti import Cti
+from kvpocket.verify.proofs.solver import check, is_true, new_solver
+from kvpocket.verify.proofs.symbolic import (
     Instance,
     concrete_state,
     effect_state,
@@ -34,7 +33,7 @@ from .symbolic import (
     slot_name,
     symbolic_state,
 )
-from .z3ops import Z3OPS, lit, to_z3
+from kvpocket.verify.proofs.z3ops import Z3OPS, lit, to_z3
 
 PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
 
@@ -48,7 +47,7 @@ def safety_invariants() -> list[Invariant]:
 
 
 @dataclass
-class Outcome:
+class ProofOutcome:
     obligation: str
     status: str
     seconds: float
@@ -61,7 +60,7 @@ def _conj(lay: Layout, invs: Iterable[Invariant], s: object) -> object:
     return Z3OPS.and_(*(i.predicate(Z3OPS, lay, s) for i in invs))  # type: ignore[arg-type]
 
 
-def check_init(lay: Layout, name: str, invs: list[Invariant] | None = None) -> Outcome:
+def check_init(lay: Layout, name: str, invs: list[Invariant] | None = None) -> ProofOutcome:
     invs = invs or step_invariants()
     t0 = time.perf_counter()
     x = symbolic_state(lay, "x")
@@ -71,14 +70,14 @@ def check_init(lay: Layout, name: str, invs: list[Invariant] | None = None) -> O
     r = check(solver)
     dt = time.perf_counter() - t0
     if r.status == "unsat":
-        return Outcome("init", PROVED, dt)
+        return ProofOutcome("init", PROVED, dt)
     if r.status == "sat":
         broken = [i.name for i in invs if not i.predicate(CONCRETE, lay, lay.initial_state())]
-        return Outcome("init", VIOLATED, dt, detail="Init breaks " + ", ".join(broken))
-    return Outcome("init", UNKNOWN, dt, detail=r.reason)
+        return ProofOutcome("init", VIOLATED, dt, detail="Init breaks " + ", ".join(broken))
+    return ProofOutcome("init", UNKNOWN, dt, detail=r.reason)
 
 
-def check_safety(lay: Layout, invs: list[Invariant] | None = None) -> Outcome:
+def check_safety(lay: Layout, invs: list[Invariant] | None = None) -> ProofOutcome:
     """Inv implies each safety invariant (immediate here: they are conjuncts of Inv)."""
     invs = invs or step_invariants()
     t0 = time.perf_counter()
@@ -89,9 +88,9 @@ def check_safety(lay: Layout, invs: list[Invariant] | None = None) -> Outcome:
     r = check(solver, bad) if lit(bad) is None else None
     dt = time.perf_counter() - t0
     if r is None:
-        return Outcome("safety", PROVED if lit(bad) is False else VIOLATED, dt)
+        return ProofOutcome("safety", PROVED if lit(bad) is False else VIOLATED, dt)
     status = {"unsat": PROVED, "sat": VIOLATED}.get(r.status, UNKNOWN)
-    return Outcome("safety", status, dt, detail=r.reason)
+    return ProofOutcome("safety", status, dt, detail=r.reason)
 
 
 def _read_slots(term: object) -> set[str]:
@@ -115,7 +114,7 @@ def _read_slots(term: object) -> set[str]:
 
 
 def check_consecution(lay: Layout, name: str, invs: list[Invariant] | None = None,
-                      actions: Iterable[str] | None = None) -> list[Outcome]:
+                      actions: Iterable[str] | None = None) -> list[ProofOutcome]:
     """Inv and T_action imply Inv', one outcome per page action.
 
     For speed, each (action, invariant) pair is one query over only the instances that
@@ -136,7 +135,7 @@ def check_consecution(lay: Layout, name: str, invs: list[Invariant] | None = Non
     by_action: dict[str, list[Instance]] = {}
     for inst in page_instances(lay, actions):
         by_action.setdefault(inst.action, []).append(inst)
-    out: list[Outcome] = []
+    out: list[ProofOutcome] = []
     for action, insts in by_action.items():
         t0 = time.perf_counter()
         ob = f"consecution:{action}"
@@ -152,7 +151,7 @@ def check_consecution(lay: Layout, name: str, invs: list[Invariant] | None = Non
         parts = [t for _, t, rd in post_parts if rd & changed_any]
         relevant = [(i, f) for i, f, ch in options
                     if any(ch & rd for _, _, rd in post_parts)]
-        outcome = Outcome(ob, PROVED, 0.0, extra={"instances": len(options),
+        outcome = ProofOutcome(ob, PROVED, 0.0, extra={"instances": len(options),
                                                   "conjuncts": len(parts)})
         if relevant and parts:
             solver.push()
@@ -189,7 +188,7 @@ def _cti(lay: Layout, name: str, invs: list[Invariant], model: object, x: object
 
 
 def prove_config(lay: Layout, name: str, actions: Iterable[str] | None = None
-                 ) -> list[Outcome]:
+                 ) -> list[ProofOutcome]:
     """All obligations for one configuration."""
     return [check_init(lay, name), *check_consecution(lay, name, actions=actions),
             check_safety(lay)]

@@ -28,8 +28,7 @@ from kvpocket.model.api import API
 from kvpocket.model.config import ConfigError, KVConfig
 from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
-
-from .adapter import check_params
+from kvpocket.verify.traces.alphabet import check_params
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
@@ -237,7 +236,7 @@ class Event:
 
 
 @dataclass
-class EventLog:
+class ParsedEventLog:
     config: KVConfig
     events: list[Event]
     source: str = "unknown"
@@ -245,18 +244,18 @@ class EventLog:
     header_line: int = 1
 
 
-def parse_events(lines: Iterable[str], name: str = "event log") -> EventLog:
+def parse_events(lines: Iterable[str], name: str = "event log") -> ParsedEventLog:
     """Parse an event log; `TraceError` names the line of the first malformed event."""
     rows = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
     if not rows:
         raise TraceError(f"{name}: the event log is empty (expected a header line)")
     header, cfg = _header(rows[0], name)
     events = [_event(lineno, text, name) for lineno, text in rows[1:]]
-    return EventLog(cfg, events, str(header.get("source", "unknown")),
+    return ParsedEventLog(cfg, events, str(header.get("source", "unknown")),
                     str(header.get("policy", "")), rows[0][0])
 
 
-def read_events(path: str | Path) -> EventLog:
+def read_events(path: str | Path) -> ParsedEventLog:
     path = Path(path)
     return parse_events(_read_lines(path, "event log"), str(path))
 

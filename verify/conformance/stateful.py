@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from kvpocket.model.config import GPU_LEVEL, NONE, CommitState, KVConfig, SeqStatus
-
-from .adapter import alphabet
-from .lockstep import Divergence, Lockstep
+from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
+from kvpocket.verify.traces.alphabet import alphabet
 
 Trace = list[tuple[str, dict[str, Any]]]
 

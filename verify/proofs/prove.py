@@ -23,10 +23,9 @@ from typing import Any
 
 from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_life_cycle
 from kvpocket.model.state import Layout
-
-from .bmc import BmcResult, bmc
-from .logic import PROVED, UNKNOWN, VIOLATED, prove_config
-from .trace import Trace, TraceStep, write_trace
+from kvpocket.verify.proofs.bmc import BmcResult, bmc
+from kvpocket.verify.proofs.obligations import PROVED, UNKNOWN, VIOLATED, prove_config
+from kvpocket.verify.traces.trace import Trace, TraceStep, write_trace
 
 # API steps from Init to a page parked in the pocket (SWA window 3, 2 tokens per block):
 # the unsafe policy breaks within PARK_DEPTH steps after them (pressure, then a pop), at

@@ -1,7 +1,7 @@
 """Regenerate the generated sections of the docs from the model.
 
 Sections sit between `<!-- BEGIN GENERATED: NAME -->` and `<!-- END GENERATED: NAME -->`.
-`python -m kvpocket.verify.docgen` rewrites them in place; a test fails when they are stale,
+`python -m kvpocket.verify.cli.docgen` rewrites them in place; a test fails when they are stale,
 so the docs cannot drift from the action table.
 """
 
@@ -15,10 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvpocket.model.spec import markdown_tables, mermaid_page_life
+from kvpocket.verify.presets import DEFAULT_PRESET, preset
 
-from .presets import DEFAULT_PRESET, preset
-
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 PROOF_STATUS = DOCS / "proof-status.json"
 HELP_WIDTH = 96
@@ -68,8 +67,8 @@ def _subcommands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParse
 
 
 def cli_reference() -> str:
-    """`kvpocket --help` and every subcommand's help, from `verify/cli.py: build_parser()`."""
-    from .cli import build_parser
+    """`kvpocket --help` and every subcommand's help, from `verify/cli/commands.py: build_parser()`."""
+    from kvpocket.verify.cli.commands import build_parser
 
     root = build_parser()
     root.prog = "kvpocket"

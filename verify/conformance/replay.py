@@ -13,9 +13,8 @@ from typing import Any
 
 from kvpocket.model.errors import ModelError
 from kvpocket.model.machine import Model
-
-from .lockstep import Divergence, Lockstep
-from .trace import Trace
+from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
+from kvpocket.verify.traces.trace import Trace
 
 
 @dataclass

@@ -1,0 +1,105 @@
+"""The benchmark suites (`kvpocket bench --list`) and their decode cases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+BACKENDS = ("numpy", "cupy")
+
+
+class BenchUsageError(ValueError):
+    """A bad option value; the message names the option and the allowed values."""
+
+
+# ---- suites ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DecodeCase:
+    batch: int
+    window: int
+    tokens_per_block: int
+    steps: int
+    pressure: bool = False
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    decode: tuple[DecodeCase, ...]
+    batch_sweep: tuple[int, ...] = ()
+    batch_sweep_preset: tuple[int, int] = (128, 32)
+    window_sweep: tuple[int, ...] = ()
+    window_sweep_batch: int = 256
+    window_sweep_tpb: int = 32
+    sweep_steps: int = 128
+    fuzz_examples: int | None = None  # fuzz budget: examples, or
+    fuzz_seconds: float | None = None  # seconds per run
+    fuzz_all_cores: bool = True
+    prove_configs: tuple[str, ...] = ()
+    bmc_unsafe: bool = False
+    mutants: bool = False
+    gpu: bool = False
+    backend: str | None = None  # forced backend (gpu: cupy)
+
+
+def _matrix(batches: Sequence[int], presets: Sequence[tuple[int, int]],
+            steps: Callable[[int, int, int], int], pressure: Sequence[bool]) -> tuple[DecodeCase, ...]:
+    return tuple(DecodeCase(n, w, t, steps(n, w, t), p)
+                 for p in pressure for (w, t) in presets for n in batches)
+
+
+DECODE_PRESETS = ((128, 32), (131, 32), (4096, 64))
+
+
+def _default_steps(n: int, w: int, t: int) -> int:
+    if w >= 1024:
+        return 64 if n >= 1024 else 128  # 1024 x 4096/64 is kept cheap
+    return 128 if n >= 1024 else 256
+
+
+SUITES: dict[str, Suite] = {s.name: s for s in (
+    Suite("smoke", "seconds: 8 sequences, 128/32 and 131/32, with and without pressure; "
+          "tiny sweeps; 2 fuzz examples on one worker",
+          _matrix((8,), ((128, 32), (131, 32)), lambda n, w, t: 96, (False, True)),
+          batch_sweep=(4, 16), window_sweep=(64, 128), window_sweep_batch=8, sweep_steps=48,
+          fuzz_examples=2, fuzz_all_cores=False),
+    Suite("default", "batches 64/256/1024 x windows 128/32, 131/32, 4096/64, with and without "
+          "pressure; batch and window sweeps; fuzz (1 worker and all cores), prove per "
+          "configuration, BMC to the unsafe counterexample, mutant time-to-kill",
+          _matrix((64, 256, 1024), DECODE_PRESETS, _default_steps, (False, True)),
+          batch_sweep=(16, 64, 256, 1024, 2048),
+          window_sweep=(64, 128, 256, 512, 1024, 2048, 4096), window_sweep_batch=128,
+          sweep_steps=96, fuzz_seconds=15.0,
+          prove_configs=("gpu", "gpu-host", "gpu-host-disk", "gpu-host-2seq"),
+          bmc_unsafe=True, mutants=True),
+    Suite("gpu", "CuPy: decode A/B (batches 64/256/1024 x 128/32, 131/32, 4096/64; pressure "
+          "at 256), migration copy bandwidth vs a plain CuPy copy, data-oracle throughput",
+          _matrix((64, 256, 1024), DECODE_PRESETS, _default_steps, (False,))
+          + _matrix((256,), DECODE_PRESETS, _default_steps, (True,)),
+          gpu=True, backend="cupy"),
+)}
+
+
+@dataclass
+class BenchResult:
+    suite: str
+    backend: str
+    machine: dict[str, Any]
+    suite_config: dict[str, Any]
+    decode: list[dict[str, Any]] = field(default_factory=list)
+    scaling: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    verifier: dict[str, Any] = field(default_factory=dict)
+    gpu: dict[str, Any] | None = None
+    plots: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"suite": self.suite, "backend": self.backend, "machine": self.machine,
+                "config": self.suite_config, "decode": self.decode, "scaling": self.scaling,
+                "verifier": self.verifier, "gpu": self.gpu, "plots": self.plots,
+                "seconds": self.seconds,
+                "regenerate": f"kvpocket bench --suite {self.suite} --backend {self.backend} "
+                              "--json FILE --plots DIR"}

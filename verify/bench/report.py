@@ -1,0 +1,115 @@
+"""The rich tables `kvpocket bench` prints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvpocket.verify.bench.cases import BenchResult
+
+
+def _fmt(v: Any, nd: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def print_result(res: BenchResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    m = res.machine
+    con.print(f"[bold]kvpocket bench[/] suite {res.suite}, backend {res.backend}; python "
+              f"{m['python']}, numpy {m['numpy']}, {m['cpu_count']} cpus; {res.seconds:.1f} s")
+    if res.decode:
+        con.print("decode: lockstep SWA decode, committing stopped, steady state after one block "
+                  "period of warm-up; pressure = a tenant asks GPU for max(1, batch/64) more "
+                  "free slots per step. Counts per decode step of the batch; times per "
+                  "resize() call in µs; ratio = pocket-on / pocket-off.")
+        _decode_table(con, Table, "decode A/B (pocket off vs on)", res.decode)
+    for name, rows in res.scaling.items():
+        _decode_table(con, Table, f"scaling against {name}", rows)
+    fz = res.verifier.get("fuzz")
+    if fz:
+        tb = Table(title="verifier: lockstep fuzz (preset two-level, profile dev)")
+        for c in ("workers", "examples", "steps", "seconds", "steps/s", "failures"):
+            tb.add_column(c, justify="right")
+        for r in fz:
+            tb.add_row(str(r["workers"]), str(r["examples"]), str(r["steps"]),
+                       _fmt(r["seconds"], 1), _fmt(r["steps_per_second"], 1), str(r["failures"]))
+        con.print(tb)
+    pv = res.verifier.get("prove")
+    if pv:
+        tb = Table(title="verifier: prove per configuration (policy revalidate)")
+        for c in ("config", "depth", "obligations", "proved", "rc", "seconds"):
+            tb.add_column(c, justify="right")
+        for r in pv:
+            tb.add_row(r["config"], str(r["depth"]), str(r["obligations"]), str(r["proved"]),
+                       str(r["rc"]), _fmt(r["seconds"], 1))
+        con.print(tb)
+    b = res.verifier.get("bmc_unsafe")
+    if b:
+        con.print(f"verifier: BMC from Init ({b['config']}, policy unsafe, layer {b['layer']}, "
+                  f"max depth {b['max_depth']}): {b['status']} at depth {b['depth']} "
+                  f"({', '.join(b['broken'])}) in {b['seconds']:.1f} s "
+                  f"(unrolling {b['build_seconds']:.1f} s)")
+    mu = res.verifier.get("mutants")
+    if mu is not None:
+        if mu["rows"]:
+            tb = Table(title=f"verifier: mutant time-to-kill (from {mu['source']})")
+            for c in ("mutant", "layer", "killed", "time to kill s", "detectors"):
+                tb.add_column(c)
+            for r in mu["rows"]:
+                if isinstance(r, dict):
+                    tb.add_row(str(r.get("name", "?")), str(r.get("layer", "")),
+                               _fmt(r.get("killed")), _fmt(r.get("seconds")),
+                               ", ".join(r.get("detectors", [])))
+            con.print(tb)
+        else:
+            con.print(f"verifier: mutant time-to-kill: {mu.get('note')}")
+    if res.gpu:
+        mg, orc = res.gpu["migration"], res.gpu["oracle"]
+        con.print(f"gpu: migration of {mg['pages']} x {mg['slot_bytes']} B: GPU->host "
+                  f"{mg['gpu_to_host_GBps']:.2f} GB/s ({mg['gpu_to_host_ratio_vs_bulk']:.2f} of a "
+                  f"plain bulk copy, {mg['gpu_to_host_ratio_vs_per_slot']:.2f} of per-slot copies); "
+                  f"host->GPU {mg['host_to_gpu_GBps']:.2f} GB/s "
+                  f"({mg['host_to_gpu_ratio_vs_bulk']:.2f} / {mg['host_to_gpu_ratio_vs_per_slot']:.2f})")
+        con.print(f"gpu: data oracle {orc['batch']} seqs x {orc['steps']} steps: "
+                  f"{orc['decode_steps_per_second']:.0f} decode steps/s, "
+                  f"{orc['verified_positions_per_second']:.0f} verified positions/s, "
+                  f"{orc['mismatches']} mismatches")
+
+
+def _decode_table(con: Any, table_cls: Any, title: str, rows: list[dict[str, Any]]) -> None:
+    head = ("batch", "w/t", "press.", "pocket")
+
+    def key(r: dict[str, Any]) -> list[str]:
+        return [str(r["batch"]), f"{r['window']}/{r['tokens_per_block']}", _fmt(r["pressure"]),
+                "on" if r["pocket"] else "off"]
+
+    tb = table_cls(title=f"{title}: traffic per decode step (whole batch)")
+    for c in (*head, "alloc", "alloc/cross", "releases", "events", "events/cross", "waits",
+              "slots/seq", "refused"):
+        tb.add_column(c, justify="right")
+    for r in rows:
+        tb.add_row(*key(r), _fmt(r["allocator_calls_per_step"]),
+                   _fmt(r["allocator_calls_per_crossing"]), _fmt(r["releases_per_step"]),
+                   _fmt(r["events_per_step"]), _fmt(r["events_per_crossing"]),
+                   _fmt(r["cross_stream_waits_per_step"]), _fmt(r["distinct_slots_per_sequence"], 1),
+                   f"{r['pop_refusal_share']:.0%}" if r["pocket"] and r["pressure"] else "-")
+    con.print(tb)
+    tb = table_cls(title=f"{title}: resize() per sequence, µs (ratio: pocket on / off)")
+    for c in (*head, "median", "p99", "cross med", "cross p99", "non-cross med", "non-cross p99",
+              "ratio med", "ratio cross"):
+        tb.add_column(c, justify="right")
+    for r in rows:
+        tb.add_row(*key(r), _fmt(r["resize_us_median"]), _fmt(r["resize_us_p99"]),
+                   _fmt(r["resize_crossing_us_median"]), _fmt(r["resize_crossing_us_p99"]),
+                   _fmt(r["resize_non_crossing_us_median"]), _fmt(r["resize_non_crossing_us_p99"]),
+                   _fmt(r.get("resize_ratio_on_off_median")),
+                   _fmt(r.get("resize_crossing_ratio_on_off_median")))
+    con.print(tb)

@@ -1,0 +1,134 @@
+"""Verifier speed: fuzz steps per second, proof and BMC times, mutant time-to-kill."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kvpocket.verify.bench.cases import (
+    Suite,
+)
+
+
+# ---- verifier speed -------------------------------------------------------------------
+def _quiet() -> contextlib.ExitStack:
+    stack = contextlib.ExitStack()
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+    return stack
+
+
+def bench_fuzz(suite: Suite, out_dir: str) -> list[dict[str, Any]]:
+    from kvpocket.verify.conformance.fuzz import CampaignSpec, run_campaign
+    from kvpocket.verify.presets import DEFAULT_PRESET, preset
+
+    rows = []
+    workers = [1] + ([os.cpu_count() or 1] if suite.fuzz_all_cores else [])
+    for k in workers:
+        spec = CampaignSpec(DEFAULT_PRESET, preset(DEFAULT_PRESET), profile="dev",
+                            examples=suite.fuzz_examples,
+                            minutes=None if suite.fuzz_seconds is None else suite.fuzz_seconds / 60,
+                            seed=0, out_dir=str(Path(out_dir) / f"fuzz-{k}"))
+        t0 = time.perf_counter()
+        with _quiet():
+            rep = run_campaign(spec, workers=1, show_progress=False) if k == 1 \
+                else _campaign_pool(spec, k)
+        rows.append({"config": DEFAULT_PRESET, "profile": "dev", "workers": k,
+                     "examples": rep.examples, "steps": rep.steps,
+                     "seconds": time.perf_counter() - t0,
+                     "steps_per_second": rep.steps_per_second,
+                     "failures": len(rep.failures),
+                     "budget": ({"examples": suite.fuzz_examples} if suite.fuzz_examples
+                                else {"seconds": suite.fuzz_seconds})})
+    return rows
+
+
+def _campaign_pool(spec: Any, workers: int) -> Any:
+    """`workers` spawned processes running `fuzz.run_worker`, merged (as `run_campaign`
+    does, without its shared progress counter)."""
+    import multiprocessing as mp
+
+    from kvpocket.verify.conformance.fuzz import CampaignSpec, merge, run_worker
+
+    per = None if spec.examples is None else max(1, spec.examples // workers)
+    specs = [CampaignSpec(**{**{f: getattr(spec, f) for f in spec.__dataclass_fields__},
+                             "seed": spec.seed + 7919 * i, "examples": per,
+                             "out_dir": str(Path(spec.out_dir) / f"w{i}")})
+             for i in range(workers)]
+    t0 = time.monotonic()
+    with mp.get_context("spawn").Pool(workers) as pool:
+        reports = pool.map(run_worker, specs)
+    return merge(reports, spec, time.monotonic() - t0)
+
+
+def bench_prove(names: Sequence[str], out_dir: str) -> list[dict[str, Any]]:
+    from kvpocket.verify.proofs.prove import DEFAULT_DEPTH, run_prove
+
+    rows = []
+    for name in names:
+        path = Path(out_dir) / f"prove-{name}.json"
+        t0 = time.perf_counter()
+        with _quiet():
+            rc = run_prove(name, "revalidate", DEFAULT_DEPTH, str(path), str(Path(out_dir) / "prove"))
+        secs = time.perf_counter() - t0
+        data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        obl = data.get("obligations", [])
+        rows.append({"config": name, "policy": "revalidate", "depth": DEFAULT_DEPTH, "rc": rc,
+                     "seconds": secs, "obligations": len(obl),
+                     "proved": sum(o.get("status") == "proved" for o in obl)})
+    return rows
+
+
+def bench_bmc_unsafe(config_name: str = "gpu-host") -> dict[str, Any]:
+    """API-level BMC from Init under `unsafe`: time to the migration-during-park
+    counterexample at its minimal depth (every shallower depth is refuted first)."""
+    from kvpocket.model.state import Layout
+    from kvpocket.verify.proofs.bmc import bmc
+    from kvpocket.verify.proofs.prove import PROVE_CONFIGS, UNSAFE_DEPTH
+
+    cfg = PROVE_CONFIGS[config_name].config.with_pocket(True, "unsafe")
+    t0 = time.perf_counter()
+    r = bmc(Layout(cfg), "api", UNSAFE_DEPTH, timeout_ms=600_000)
+    return {"config": config_name, "policy": "unsafe", "layer": "api",
+            "max_depth": UNSAFE_DEPTH, "status": r.status, "depth": r.depth, "broken": r.broken,
+            "seconds": time.perf_counter() - t0, "solve_seconds": r.seconds,
+            "build_seconds": r.build_seconds}
+
+
+def bench_mutants(json_hint: str | None, budget_s: float = 8.0) -> dict[str, Any]:
+    """Mutant time-to-kill through `verify.mutants.run_mutant` (every mutant, `budget_s`
+    each); without it, the JSON of a `kvpocket mutants --json` run if present."""
+    try:
+        from kvpocket.verify.quality import seeded as mod
+    except ImportError:
+        mod = None  # type: ignore[assignment]
+    run = getattr(mod, "run_mutant", None) if mod is not None else None
+    if run is not None:
+        rows = []
+        for m in getattr(mod, "MUTANTS", {}).values():
+            t0 = time.perf_counter()
+            with _quiet(), tempfile.TemporaryDirectory() as td:
+                r = run(m, budget_s=budget_s, out_dir=td)
+            data = r.to_json()
+            data.pop("trace", None)
+            data["wall_seconds"] = time.perf_counter() - t0
+            rows.append(data)
+        return {"source": "verify.mutants.run_mutant", "budget_s": budget_s, "rows": rows}
+    for cand in [json_hint, "kvpocket-out/mutants.json", "mutants.json"]:
+        if cand and Path(cand).is_file():
+            try:
+                loaded = json.loads(Path(cand).read_text())
+            except (OSError, ValueError):
+                continue
+            return {"source": cand, "rows": loaded.get("mutants", loaded)
+                    if isinstance(loaded, dict) else loaded}
+    return {"source": None, "rows": [],
+            "note": "verify/quality/seeded.py has no run_mutant and no `kvpocket mutants --json` "
+                    "output was found ($KVPOCKET_MUTANTS_JSON, kvpocket-out/mutants.json)"}

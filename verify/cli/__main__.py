@@ -1,0 +1,5 @@
+import sys
+
+from kvpocket.verify.cli.commands import main
+
+sys.exit(main())

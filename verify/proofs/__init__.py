@@ -1,0 +1,15 @@
+"""Proofs with Z3, over the same page-action table and API programs the model executes.
+
+`obligations` states what is proved (initiation, consecution, safety per action);
+`symbolic` executes the model's programs on Z3 terms; `bmc` unrolls API steps from Init;
+`prove` is the `kvpocket prove` matrix; `solver` and `z3ops` are the solver plumbing;
+`cti` explains a counterexample to induction.
+"""
+
+from kvpocket.verify.proofs.bmc import BmcResult
+from kvpocket.verify.proofs.cti import Cti
+from kvpocket.verify.proofs.obligations import PROVED, UNKNOWN, VIOLATED, ProofOutcome, prove_config
+from kvpocket.verify.proofs.prove import PROVE_CONFIGS, run_prove
+
+__all__ = ["PROVED", "PROVE_CONFIGS", "UNKNOWN", "VIOLATED", "BmcResult", "Cti", "ProofOutcome",
+           "prove_config", "run_prove"]
