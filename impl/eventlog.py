@@ -7,6 +7,12 @@ documented in `docs/adapter-guide.md` and parsed by `kvpocket.verify.traces.trac
     {"action": "resize", "params": {"seq": 7, "capacity": 8, "history": 6},
      "choices": [["slot", 3], ["victim", [0, 0, 2]], ["pocket", [0, 0, 1]]],
      "result": true, "observed": {"free": [[0, 0, 1], ...], "index": [[...]], ...}}
+    ...
+    {"kvpocket_end": 57, "digest": "sha256:..."}
+
+The last line, written by `close()` (the manager's `shutdown`), is the end marker: the
+number of event lines and the SHA-256 of the header and event lines as written (each
+followed by a newline). A log without it was cut short (`kvpocket trace check` says so).
 
 Choices are labels both sides can name: a slot id for every slot taken (any level), the
 (level, pool group, slot) where a victim or a popped/refused pocket entry sat when it was
@@ -20,6 +26,7 @@ reverse.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 from collections.abc import Callable
@@ -30,6 +37,7 @@ from kvpocket.model.api import API, ApiAction
 from kvpocket.model.config import SeqStatus
 
 from .exceptions import KVPocketError
+from .results import OpResult
 from .snapshot import Where, choice_labels, page_locations
 
 if TYPE_CHECKING:
@@ -37,6 +45,7 @@ if TYPE_CHECKING:
     from .view import ManagerEntryPoints, ManagerView
 
 EVENTS_KIND = "events"
+END_KEY = "kvpocket_end"  # the end marker's key (`kvpocket.verify.traces.trace` reads it)
 
 def error_category(exc: BaseException) -> str:
     """The model's category of a usage error (`KVPocketError.category`), else the class name."""
@@ -65,16 +74,29 @@ class EventLog:
         else:
             self._out, self._owned = sink, False
         self.observed = observed
+        self._digest = hashlib.sha256()
+        self._lines = -1  # event lines written (the header is not counted)
+        self._ended = False
         self._mgr = mgr
         cfg = mgr.cfg
         self.write({"kvpocket_trace": 1, "kind": EVENTS_KIND, "config": cfg.to_json(),
                     "source": "kvpocket.impl", "policy": cfg.pocket.policy.value})
 
     def write(self, obj: dict[str, Any]) -> None:
-        self._out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        line = json.dumps(obj, separators=(",", ":"))
+        self._digest.update(line.encode("utf-8") + b"\n")
+        self._lines += 1
+        self._out.write(line + "\n")
         self._out.flush()
 
     def close(self) -> None:
+        """Write the end marker (once), and close the file if the log opened it."""
+        if not self._ended and not self._out.closed:
+            self._ended = True
+            self._out.write(json.dumps({END_KEY: self._lines, "digest": "sha256:"
+                                        + self._digest.hexdigest()}, separators=(",", ":"))
+                            + "\n")
+            self._out.flush()
         if self._owned and not self._out.closed:
             self._out.close()
 
@@ -138,7 +160,8 @@ class EventLog:
             self.write(event)
             raise
         event["choices"] = self._labels(where)
-        event["result"] = value if isinstance(value, bool) else None
+        # A typed result (`ResizeResult`, ...) is logged in the format's bool form.
+        event["result"] = bool(value) if isinstance(value, (bool, OpResult)) else None
         if self.observed:
             event["observed"] = self._observe(seq)
         self.write(event)

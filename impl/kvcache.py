@@ -14,8 +14,9 @@ reuse, hands the matched radix-tree nodes to `adopt_prefix`.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Sequence
+import warnings
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +36,10 @@ from . import mutants
 from .allocator import Events
 from .exceptions import (
     CapacityError,
+    CapacityFailure,
     CommitNotAllowedError,
+    CorruptionError,
+    CorruptionWarning,
     HistoryDecreaseError,
     SequenceClosedError,
     SequenceStateError,
@@ -43,6 +47,14 @@ from .exceptions import (
 )
 from .page import Page
 from .radix import ROOT
+from .results import (
+    RESIZE_OK,
+    RESUME_OK,
+    BlockEntry,
+    PocketEntry,
+    ResizeResult,
+    ResumeResult,
+)
 from .undo import Op
 
 if TYPE_CHECKING:
@@ -71,11 +83,30 @@ def _del_tail(lst: list[Any], n: int) -> None:
     del lst[n:]
 
 
+MAX_INT = 2**63  # ids, lengths and tokens fit a signed 64-bit value (the event-log format)
+TOKENS_ALLOWED = "a sequence of token ids (ints in [-2**63, 2**63))"
+
+
+def checked_tokens(tokens: object, call: str, parameter: str) -> list[int]:
+    """`tokens` as a list, or a `CapacityError` naming the call, the parameter and what it
+    takes (the model's category for a bad token list)."""
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
+        raise CapacityError(f"{call}: {parameter} must be {TOKENS_ALLOWED}, got "
+                            f"{type(tokens).__name__} {tokens!r:.60}", parameter=parameter)
+    toks = list(tokens)
+    for i, x in enumerate(toks):
+        if isinstance(x, bool) or not isinstance(x, int) or not -MAX_INT <= x < MAX_INT:
+            raise CapacityError(f"{call}: {parameter}[{i}] is {x!r:.40}; {parameter} must be "
+                                f"{TOKENS_ALLOWED}", parameter=parameter)
+    return toks
+
+
 class KVCache:
     """Handle of one sequence. Create it with `KVCacheManager.create`."""
 
     def __init__(self, seq_id: int, *, cfg: KVConfig, storage: Storage, backend: Backend,
-                 transactions: Transactions) -> None:
+                 transactions: Transactions,
+                 on_corruption: Callable[[str], None] | None = None) -> None:
         self._cfg = cfg
         self._backend = backend
         self._txn = transactions
@@ -103,6 +134,7 @@ class KVCache:
         self._max_cap = cfg.max_capacity
         self._device_index: Any = None
         self._index_dirty = True
+        self._on_corruption = on_corruption
 
     # ---- public queries ----------------------------------------------------------------
     @property
@@ -120,7 +152,9 @@ class KVCache:
         if self._backend.name == "numpy":
             return self.index[lc]
         if self._index_dirty or self._device_index is None:
-            self._device_index = self._backend.device_table(self.index)
+            # On the sequence's stream: ordered before its next kernels, and a freed table is
+            # reused only after the work enqueued there before (stream-ordered memory).
+            self._device_index = self._backend.device_table(self.index, self.stream)
             self._index_dirty = False
         return self._device_index[lc]
 
@@ -129,8 +163,53 @@ class KVCache:
         return stale_range(self._lcs[lc], self.history, self._t)
 
     def pocket_pages(self, lc: int) -> list[int]:
+        """Page ids of the life cycle's parked pages, oldest first (`pocket_entries` has
+        their slots)."""
         self._check_lc(lc)
         return [p.pid for p in self.pocket[lc]]
+
+    # ---- read-only views (immutable values, built per call) ----------------------------
+    @property
+    def committed_tokens(self) -> tuple[int, ...]:
+        """The committed token ids, in order."""
+        return tuple(self.committed)
+
+    @property
+    def next_window_change(self) -> int:
+        """A history length above the current one below which every stale range stays
+        as it is: a `resize` that keeps the number of blocks and the history below it
+        changes no page (a lower bound of the next real change)."""
+        return self._next_change
+
+    def block_table(self, lc: int) -> tuple[int, ...]:
+        """The life cycle's page-index row over the sequence's `num_blocks` blocks: the
+        GPU slot of each locked page, `BAD_PAGE_INDEX` (-1) for a stale, held or missing
+        block. A copy (`page_table` is the live array kernels read)."""
+        self._check_lc(lc)
+        return tuple(int(x) for x in self.index[lc, : self.num_blocks].tolist())
+
+    def block_entries(self, lc: int) -> tuple[BlockEntry, ...]:
+        """Every block of the life cycle: its page (None if none), where the page is,
+        whether this sequence locks it, and whether the block is out of the window."""
+        self._check_lc(lc)
+        s, e = stale_range(self._lcs[lc], self.history, self._t)
+        out: list[BlockEntry] = []
+        for b in range(self.num_blocks):
+            page = self.pages[lc][b] if b < len(self.pages[lc]) else None
+            locked = page is not None and self.locked[lc][b]
+            if page is None:
+                out.append(BlockEntry(b, None, None, None, False, s <= b < e))
+            else:
+                out.append(BlockEntry(b, page.pid, page.level, page.slot, locked, s <= b < e))
+        return tuple(out)
+
+    def pocket_entries(self, lc: int) -> tuple[PocketEntry, ...]:
+        """The life cycle's parked pages, oldest first, with where each sits now and
+        whether its slot is still valid for reuse (live, at GPU, with a slot)."""
+        self._check_lc(lc)
+        return tuple(PocketEntry(p.pid, p.level, p.group, p.slot,
+                                 p.alive and p.level == GPU_LEVEL and p.has_slot)
+                     for p in self.pocket[lc])
 
     # ---- prefix reuse (the manager's `create`) -----------------------------------------
     def adopt_prefix(self, nodes: Sequence[int], prompt: Sequence[int], op: Op) -> None:
@@ -300,7 +379,8 @@ class KVCache:
                 op.set(page, "holds", page.holds - 1)
                 st.settle(page, op, seq)
                 continue
-            # `unsafe` takes the slot id whatever level the page is at now: the bug.
+            # `unsafe` takes the slot id whatever level the page is at now: the bug (a host
+            # slot id after a migration, NO_SLOT after evict_parked=drop released it).
             st.unqueue(page, op)
             evs = page.events + tuple(
                 st.stream_fence(s, op, seq) for s in page.users if s.id != self.stream.id
@@ -339,34 +419,42 @@ class KVCache:
                     self._release_entry(i, b, op)
 
     # ---- resize ------------------------------------------------------------------------
-    def resize(self, capacity: int | None = None, history_length: int | None = None) -> bool:
-        """Set capacity and history (None: keep). False (and no change) if out of pages."""
+    def resize(self, capacity: int | None = None,
+               history_length: int | None = None) -> ResizeResult:
+        """Set capacity and history (None: keep). A falsy result naming the capacity
+        failure (and no change) if out of pages."""
         self._require("resize", SeqStatus.ACTIVE)
         cap = self.capacity if capacity is None else capacity
         h = self.history if history_length is None else history_length
+        max_cap = self._max_cap
         for name, v in (("capacity", cap), ("history_length", h)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise CapacityError(f"{name} must be a non-negative int, got {v!r}")
+                raise CapacityError(
+                    f"resize: {name} must be an int in [0, {max_cap}] (max_blocks * "
+                    f"tokens_per_block), got {v!r:.40}", parameter=name)
         if h < self.history:
             raise HistoryDecreaseError(
-                f"sequence {self.seq_id}: history_length may not decrease ({self.history} -> {h})"
-            )
+                f"sequence {self.seq_id}: history_length may not decrease ({self.history} -> {h})",
+                parameter="history_length")
         if cap < h:
-            raise CapacityError(f"sequence {self.seq_id}: capacity {cap} < history_length {h}")
-        max_cap = self._max_cap
+            raise CapacityError(f"sequence {self.seq_id}: capacity {cap} < history_length {h}",
+                                parameter="capacity")
         if cap > max_cap:
             raise CapacityError(
                 f"sequence {self.seq_id}: capacity {cap} exceeds max_blocks * tokens_per_block"
-                f" = {max_cap}"
-            )
+                f" = {max_cap}", parameter="capacity")
         nb = -(-cap // self._t)
         if nb == self.num_blocks and h < self._next_change:
             # Fast path: same blocks, same stale ranges; nothing to allocate or unlock.
             self.capacity = cap
             self.history = h
             self._txn.reset_choices()
-            return True
-        return self._txn.run_bool(lambda op: self._resize_slow(cap, h, nb, op))
+            return RESIZE_OK
+        try:
+            self._txn.run(lambda op: self._resize_slow(cap, h, nb, op))
+        except CapacityFailure as exc:
+            return ResizeResult.failed(exc)
+        return RESIZE_OK
 
     def _resize_slow(self, cap: int, h: int, nb: int, op: Op) -> None:
         orphans = self._stale_transition(h, op)
@@ -433,13 +521,11 @@ class KVCache:
             raise CommitNotAllowedError(
                 f"sequence {self.seq_id}: commit after stop_committing (state USER_STOP)"
             )
-        toks = list(tokens)
-        if any(isinstance(x, bool) or not isinstance(x, int) for x in toks):
-            raise CapacityError(f"sequence {self.seq_id}: tokens must be ints")
+        toks = checked_tokens(tokens, f"commit (sequence {self.seq_id})", "tokens")
         if len(self.committed) + len(toks) > self.capacity:
             raise CapacityError(
                 f"sequence {self.seq_id}: {len(self.committed)} committed + {len(toks)} "
-                f"new tokens exceed capacity {self.capacity}"
+                f"new tokens exceed capacity {self.capacity}", parameter="tokens"
             )
         self._txn.run(lambda op: self._commit(toks, op))
 
@@ -518,10 +604,15 @@ class KVCache:
 
         self._txn.run(body)
 
-    def resume(self) -> bool:
-        """Bring every in-window page to GPU and lock it; all or nothing."""
+    def resume(self) -> ResumeResult:
+        """Bring every in-window page to GPU and lock it; all or nothing (a falsy result
+        naming the capacity failure, and no change, if out of pages)."""
         self._require("resume", SeqStatus.SUSPENDED)
-        return self._txn.run_bool(self._resume)
+        try:
+            self._txn.run(self._resume)
+        except CapacityFailure as exc:
+            return ResumeResult.failed(exc)
+        return RESUME_OK
 
     def _resume(self, op: Op) -> None:
         st = self._st
@@ -557,22 +648,76 @@ class KVCache:
         op.set(self, "status", SeqStatus.ACTIVE)
 
     def close(self) -> None:
-        """Release everything (last block first). Idempotent."""
+        """Release everything (last block first). Idempotent.
+
+        Never raises a `CorruptionError`: on a corrupted manager (a slot this sequence
+        releases is already free, or another live page claims it, e.g. after the `unsafe`
+        pocket policy aliased it) the slot is left to its other claimant, the corruption
+        is reported (`CorruptionWarning`, `KVCacheManager.corruption`, the shutdown
+        report) and the close completes; if even that fails, the sequence stays open and
+        the shutdown report lists it."""
         self._txn.check_open()
         if self.status is SeqStatus.CLOSED:
             self._txn.reset_choices()
             return
+        try:
+            self._txn.run(self._close)
+        except CorruptionError as exc:
+            self._corruption(f"close of sequence {self.seq_id}: {exc}")
+            findings: list[str] = []
 
-        def body(op: Op) -> None:
-            if not mutants.active("close-no-drain"):
-                self._drain_pocket(op)
-            for b in range(self.num_blocks - 1, -1, -1):
-                for i in range(len(self._lcs)):
-                    self._release_entry(i, b, op)
-            for nid in reversed(self.tree_nodes):
-                self._st.tree.release(nid, op)
-            op.set(self, "tree_nodes", [])
-            op.set(self, "commit_state", CommitState.USER_STOP)
-            op.set(self, "status", SeqStatus.CLOSED)
+            def salvage(op: Op) -> None:
+                findings.clear()
+                self._detach_unsafe_slots(op, findings)
+                self._close(op)
 
-        self._txn.run(body)
+            try:
+                self._txn.run(salvage)
+            except CorruptionError as again:
+                self._corruption(f"close of sequence {self.seq_id} failed; it stays "
+                                 f"open: {again}")
+                return
+            for finding in findings:
+                self._corruption(finding)
+
+    def _close(self, op: Op) -> None:
+        if not mutants.active("close-no-drain"):
+            self._drain_pocket(op)
+        for b in range(self.num_blocks - 1, -1, -1):
+            for i in range(len(self._lcs)):
+                self._release_entry(i, b, op)
+        for nid in reversed(self.tree_nodes):
+            self._st.tree.release(nid, op)
+        op.set(self, "tree_nodes", [])
+        op.set(self, "commit_state", CommitState.USER_STOP)
+        op.set(self, "status", SeqStatus.CLOSED)
+
+    def _corruption(self, finding: str) -> None:
+        if self._on_corruption is not None:
+            self._on_corruption(finding)
+        else:
+            warnings.warn(finding, CorruptionWarning, stacklevel=3)
+
+    def _detach_unsafe_slots(self, op: Op, findings: list[str]) -> None:
+        """Salvage after a corruption: a page of this sequence whose slot another live
+        page also claims, or that its allocator holds free, gives the slot up (NO_SLOT),
+        so releasing the page frees nothing that is not its own."""
+        st = self._st
+        claims = Counter((p.level, p.group, p.slot) for p in st.pages.values() if p.has_slot)
+        mine: dict[int, Page] = {}
+        for row in self.pages:
+            mine.update((p.pid, p) for p in row if p is not None)
+        for pocket in self.pocket:
+            mine.update((p.pid, p) for p in pocket)
+        for page in mine.values():
+            if not page.has_slot:
+                continue
+            where = (page.level, page.group, page.slot)
+            free = page.slot not in st.allocs[page.level][page.group].occupied
+            if claims[where] > 1 or free:
+                why = "free in its allocator" if free else "also claimed by another page"
+                findings.append(f"page {page.pid} of sequence {self.seq_id}: slot "
+                                f"(level, pool group, slot) {where} is {why}; the page gave "
+                                "it up unreleased")
+                claims[where] -= 1
+                op.set(page, "slot", NO_SLOT)

@@ -38,7 +38,13 @@ def check_invariants(mgr: ManagerView) -> list[str]:
         if not p.alive:
             bad.append(f"{where}: registered but dead")
         if not p.has_slot:
-            bad.append(f"{where}: live page without a slot")
+            # Only a parked page dropped by the cascade (evict_parked=drop) lives slotless,
+            # at GPU, unqueued, until its pocket entry is popped (refused) or drained.
+            if not (p.pocket_owner is not None and cfg.pocket.drops_parked
+                    and p.level == GPU_LEVEL):
+                bad.append(f"{where}: live page without a slot")
+            elif any(p.pid in qs[p.group] for qs in st.queues):
+                bad.append(f"{where}: dropped parked page (no slot) is queued")
             continue
         owners.setdefault((p.level, p.group, p.slot), []).append(p.pid)
         a = st.allocs[p.level][p.group]

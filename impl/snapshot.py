@@ -6,7 +6,8 @@
       "config": KVConfig.to_json(),
       "pages": [                       # every live page, by id
         {"id": int, "lc": int, "pool_group": int, "committed": bool,
-         "level": int, "slot": int,    # slot = -1 (NO_SLOT) never occurs for a live page
+         "level": int, "slot": int,    # slot = -1 (NO_SLOT) only for a parked page
+                                       # dropped under evict_parked=drop
          "status": "LOCKED" | "HELD" | "DROPPABLE", "locks": int, "holds": int,
          "queued": bool, "priority": int,
          "owner": int | None,          # creating sequence while uncommitted, else None
@@ -37,6 +38,8 @@ Choice record (`manager.last_choices()`): the tuples one API call made, in order
     ("evict", level, pool_group, page_id)        a victim taken from a queue
     ("migrate", page_id, src_level, dst_level, dst_slot)
     ("drop", level, page_id)                     a committed page destroyed
+    ("drop_parked", level, page_id)              a parked victim's slot released, no copy
+                                                 (evict_parked=drop; it stays parked)
     ("park", seq, lc, page_id)                   a stale page parked in the pocket
     ("pop", seq, lc, page_id)                    a parked page's slot reused
     ("refuse", seq, lc, page_id)                 a pop that failed revalidation
@@ -54,6 +57,7 @@ imports this module, so this one must not import it back.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -86,6 +90,10 @@ def choice_labels(choices: list[tuple[Any, ...]], where: dict[int, Where]
             pid = int(c[1])
             if pid in where:
                 where[pid] = (int(c[3]), where[pid][1], int(c[4]))
+        elif tag == "drop_parked":  # it stays parked, slotless
+            pid = int(c[2])
+            if pid in where:
+                where[pid] = (where[pid][0], where[pid][1], -1)
         elif tag in ("pop", "refuse"):
             out.append(("pocket", where.get(int(c[3]), (-1, -1, -1))))
     return out
@@ -104,7 +112,9 @@ def page_record(mgr: ManagerView, p: Page) -> dict[str, Any]:
     }
 
 
-def build_snapshot(mgr: ManagerView) -> dict[str, Any]:
+def build_snapshot(mgr: ManagerView, sequences: Collection[int] | None = None) -> dict[str, Any]:
+    """The snapshot above; `sequences` limits the per-sequence part to those ids (the
+    lockstep compares only the sequences the model still names)."""
     st = mgr.storage
     slots = []
     queues = []
@@ -119,7 +129,7 @@ def build_snapshot(mgr: ManagerView) -> dict[str, Any]:
                            "order": st.queues[level][g].ordered()})
     pockets = []
     seqs = []
-    for sid in sorted(mgr.seqs):
+    for sid in sorted(mgr.seqs if sequences is None else set(sequences) & mgr.seqs.keys()):
         kv = mgr.seqs[sid]
         for lc, pocket in enumerate(kv.pocket):
             if pocket:

@@ -15,11 +15,22 @@ committed pages are queued there). Otherwise make one slot free at L+1
 (recursively); if that fails, a DROPPABLE victim is dropped instead (the
 nested attempt is rolled back first) and a HELD one fails the operation.
 Then the victim migrates to L+1.
+
+Batched migration: the migrations of one operation that are deferred back to back
+(no other stream work between them) join one `CopyBatch`: one event for all of
+them, recorded after the last copy, and one `copy_slots` call per run of copies
+between the same two pools. Every page in the batch carries that event, so a
+consumer waits for the whole batch (never less than for its own copy), and no
+wait or record is ever moved past a copy: the stream order is the per-page one.
+A wait on the copy stream for an event it already waits on in this operation is
+not enqueued twice (streams run in order), so a cascade from one sequence's pages
+stays one batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -33,6 +44,42 @@ from .exceptions import CopyFailedError, InjectedAllocationError, OutOfPagesErro
 from .page import Page
 from .radix import RadixTree
 from .undo import Op
+
+
+@dataclass
+class CopyBatch:
+    """Deferred migrations issued together on the copy stream (see the module doc).
+
+    `items`: (destination pool, destination slot, source pool, source slot) in the
+    order the per-page copies would have run. Consecutive items between the same two
+    pools with distinct destination slots form one `copy_slots` call: within such a
+    segment every copy reads the source pool and writes the destination pool, so the
+    copies are independent; a change of pools, or a destination slot written twice,
+    starts a new segment after the previous one on the same stream.
+    """
+
+    backend: Backend
+    stream: StreamRef
+    event: EventRef
+    items: list[tuple[Any, int, Any, int]] = field(default_factory=list)
+
+    def segments(self) -> list[tuple[Any, list[int], Any, list[int]]]:
+        out: list[tuple[Any, list[int], Any, list[int]]] = []
+        seen: set[int] = set()
+        for dst_pool, dst_slot, src_pool, src_slot in self.items:
+            if (not out or out[-1][0] is not dst_pool or out[-1][2] is not src_pool
+                    or dst_slot in seen):
+                out.append((dst_pool, [], src_pool, []))
+                seen = set()
+            out[-1][1].append(dst_slot)
+            out[-1][3].append(src_slot)
+            seen.add(dst_slot)
+        return out
+
+    def __call__(self) -> None:
+        for dst_pool, dst_slots, src_pool, src_slots in self.segments():
+            self.backend.copy_slots(self.stream, dst_pool, dst_slots, src_pool, src_slots)
+        self.backend.record(self.event, self.stream)
 
 
 class Storage:
@@ -60,6 +107,7 @@ class Storage:
         self.fail_next_alloc = False
         self.fail_next_copy = False
         self._new_events: set[int] = set()  # ids of events recorded by the current op
+        self._waited: set[tuple[int, int]] = set()  # (stream id, event id) waits of the op
 
     # ---- pages -------------------------------------------------------------------------
     def new_page(
@@ -117,6 +165,7 @@ class Storage:
     # ---- events ------------------------------------------------------------------------
     def begin_op(self) -> None:
         self._new_events.clear()
+        self._waited.clear()
 
     def fence(self, page: Page, op: Op, seq: int | None) -> Events:
         """Events that cover every use of the page's slot so far (recording, on each
@@ -150,6 +199,11 @@ class Storage:
         for ev in evs:
             if ev.stream is None or ev.stream.id == stream.id or self.done(ev):
                 continue
+            key = (stream.id, ev.id)
+            if key in self._waited:
+                continue  # this op already made `stream` wait on it (events record once)
+            self._waited.add(key)
+            op.on_undo(self._waited.discard, key)
             op.defer(partial(self.backend.wait_event, stream, ev))
             op.count("cross_stream_waits", seq)
 
@@ -204,6 +258,9 @@ class Storage:
             assert page.holds == 0 and page.locks == 0 and page.committed, page
             self.drop(page, op, seq)
             return
+        if page.pocket_owner is not None and self.cfg.pocket.drops_parked:
+            self.drop_parked(page, op, seq)
+            return
         sp = op.savepoint()
         try:
             self.make_room(level + 1, page.group, 1, op, seq)
@@ -234,6 +291,16 @@ class Storage:
             self.release_slot(page, op, seq)
         self._kill(page, op)
 
+    def drop_parked(self, page: Page, op: Op, seq: int | None) -> None:
+        """Release a parked victim's slot without a copy (`evict_parked=drop`): its data is
+        out of the window and uncommitted, so nobody reads it again. The slot goes back
+        with the page's fenced events; the page stays HELD by its pocket entry, slotless,
+        until a pop refuses it (revalidate) or a drain releases it."""
+        assert page.pocket_owner is not None and page.locks == 0 and not page.committed, page
+        op.choose(("drop_parked", page.level, page.pid))
+        op.count("drops", seq)
+        self.release_slot(page, op, seq)
+
     def migrate(self, page: Page, dst_level: int, op: Op, seq: int | None) -> None:
         """Move a page to another level: async copy on the copy stream, ordered after
         the source's last use and the destination slot's previous owner."""
@@ -247,19 +314,19 @@ class Storage:
         if dst_level == GPU_LEVEL and mutants.active("zoo-load-dst-no-wait"):
             dst_evs = ()  # (zoo: the load ignores the destination slot's last readers)
         self.wait_for(cs, src_evs + dst_evs, op, seq)
-        ev = self.backend.new_event()
-        ev.stream = cs
-        self._new_events.add(ev.id)
-        backend = self.backend
         dst_pool = self.pools[dst_level][page.group]
         src_pool = self.pools[src_level][page.group]
-
-        def run() -> None:
-            backend.copy_slot(cs, dst_pool, dst_slot, src_pool, src_slot)
-            backend.record(ev, cs)
-
-        op.defer(run)
-        op.count("events_recorded", seq)
+        batch = op.deferred[-1] if op.deferred else None
+        if not (isinstance(batch, CopyBatch) and batch.backend is self.backend):
+            ev = self.backend.new_event()
+            ev.stream = cs
+            self._new_events.add(ev.id)
+            batch = CopyBatch(self.backend, cs, ev)
+            op.defer(batch)
+            op.count("events_recorded", seq)
+        batch.items.append((dst_pool, dst_slot, src_pool, src_slot))
+        op.on_undo(batch.items.pop)
+        ev = batch.event
         op.count("migrations", seq)
         op.set(page, "level", dst_level)
         op.set(page, "slot", dst_slot)

@@ -1,6 +1,10 @@
 """`ManagerView`: the public reads of a manager that snapshot, invariants and the event
 log need.
 
+The integrator's read-only views (free slots, pages, block tables, pockets) are methods
+of `KVCacheManager` and `KVCache` returning the immutable types of `results.py`; this
+protocol is the internal one.
+
 A structural type (`KVCacheManager` satisfies it without naming it), so those
 modules type their argument without importing `manager.py`, which imports them:
 the import graph of `impl/` stays acyclic (tests/impl/test_layering.py).
@@ -15,6 +19,7 @@ if TYPE_CHECKING:
     from kvpocket.model.config import KVConfig
 
     from .kvcache import KVCache
+    from .results import PressureResult
     from .storage import Storage
     from .transactions import Transactions
     from .undo import Choice
@@ -43,7 +48,7 @@ class ManagerEntryPoints(ManagerView, Protocol):
 
     def create(self, seq_id: int, prompt_tokens: Sequence[int] = ()) -> KVCache: ...
 
-    def pressure(self, level: int, pool_group: int, n: int) -> bool: ...
+    def pressure(self, level: int, pool_group: int, n: int) -> PressureResult: ...
 
     def inject_allocation_failure(self) -> None: ...
 

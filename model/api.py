@@ -10,8 +10,8 @@ state changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from .config import GPU_LEVEL, NONE, CommitState, PageStatus, PocketPolicy, SeqStatus
 from .errors import (
@@ -24,8 +24,16 @@ from .errors import (
 from .executor import Executor
 from .logic import Term
 from .overrides import named
-from .pages import POCKET_NOT_FULL, STILL_VALID, pocket_size, pool_group, queue_head, still_valid
-from .state import State, status
+from .pages import (
+    POCKET_NOT_FULL,
+    STILL_VALID,
+    drops_parked,
+    pocket_size,
+    pool_group,
+    queue_head,
+    still_valid,
+)
+from .state import State, evolve, status
 
 # ---- small derived terms -------------------------------------------------------------------
 
@@ -99,7 +107,8 @@ def _where(ex: Executor, p: int) -> object:
 
 def can_make_room(ex: Executor, level: int, pg: int) -> Term:
     """One slot can be freed at (level, pool group): a free slot, or a queue head that can
-    leave (dropped at the last level or when DROPPABLE, or room below for it)."""
+    leave (dropped at the last level, when DROPPABLE or when a parked page to drop, or room
+    below for it)."""
     ops, lay = ex.ops, ex.lay
     if level > lay.cfg.last_level:
         return ops.const(False)
@@ -108,7 +117,8 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
     leaves = ops.or_(*(
         ops.and_(head(p), ops.or_(
             ops.const(level == lay.cfg.last_level),
-            ops.eq(status(ops, ex.s, p), int(PageStatus.DROPPABLE)), below))
+            ops.eq(status(ops, ex.s, p), int(PageStatus.DROPPABLE)),
+            drops_parked(ops, lay, ex.s, p), below))
         for p in range(lay.pages)
     ))
     return ops.or_(ops.lt(0, _free_count(ex, level, pg)), leaves)
@@ -117,9 +127,11 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
 def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
     """Free `need` slots at (level, pool group) by evicting queue heads, cascading down.
 
-    At the last level a victim is dropped. Above it, a victim migrates one level down
-    after room is made there recursively; a DROPPABLE victim for which no room can be
-    made is dropped instead (it only caches committed data); a HELD one fails the call.
+    At the last level a victim is dropped. Above it, a parked victim is dropped when the
+    configuration says `evict_parked=drop` (its data is dead: no copy); any other victim
+    migrates one level down after room is made there recursively; a DROPPABLE victim for
+    which no room can be made is dropped instead (it only caches committed data); a HELD
+    one fails the call.
     """
     ops, lay = ex.ops, ex.lay
     last = lay.cfg.last_level
@@ -134,14 +146,18 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
             if level == last:
                 ex.do("drop", page=victim)
                 continue
+            parked = drops_parked(ops, lay, ex.s, victim)
+            for _ in ex.when(parked):
+                ex.do("drop_parked", page=victim)
+            stays = ops.not_(parked)
             room = can_make_room(ex, level + 1, pg)
             droppable = ops.eq(status(ops, ex.s, victim), int(PageStatus.DROPPABLE))
-            for _ in ex.when(room):
+            for _ in ex.when(ops.and_(stays, room)):
                 make_room(ex, level + 1, pg, 1)
                 migrate(ex, victim, level + 1, pg)
-            for _ in ex.when(ops.and_(ops.not_(room), droppable)):
+            for _ in ex.when(ops.and_(stays, ops.not_(room), droppable)):
                 ex.do("drop", page=victim)
-            for _ in ex.when(ops.and_(ops.not_(room), ops.not_(droppable))):
+            for _ in ex.when(ops.and_(stays, ops.not_(room), ops.not_(droppable))):
                 ex.fail(f"no room below level {level} for a HELD page")
 
 
@@ -239,58 +255,68 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
     ex.do("set_lengths", seq=seq, capacity=capacity, history=history,
           committed=ex.s.committed_tokens[seq])
     swa = [i for i, lc in enumerate(cfg.life_cycles) if lc.is_swa]
+    every = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
 
-    def newly_stale(lc: int, o: int) -> Term:
-        return ops.and_(_in_cap(ex, o, old_cap), ops.not_(_stale(ex, lc, o, old_h)),
-                        _stale(ex, lc, o, history))
+    # Which blocks leave the window, shrink away or grow depends on the lengths only, not
+    # on the state the phases below change: decided once per block. On plain values a
+    # block whose condition is False is skipped (its `ex.when` would not run); on Z3
+    # terms nothing is skipped, so both readers take the same program.
+    was_in = [_in_cap(ex, o, old_cap) for o in range(lay.blocks)]
+    now_in = [_in_cap(ex, o, capacity) for o in range(lay.blocks)]
+    stale_now = {(lc, o): _stale(ex, lc, o, history) for lc, o in every}
+    leaving = {(lc, o): ops.and_(was_in[o], ops.not_(_stale(ex, lc, o, old_h)), stale_now[lc, o])
+               for lc in swa for o in range(lay.blocks)}
+    shrinking = {(lc, o): ops.and_(was_in[o], ops.not_(now_in[o])) for lc, o in every}
+    growing = {(lc, o): ops.and_(ops.not_(was_in[o]), now_in[o], ops.not_(stale_now[lc, o]))
+               for lc, o in every}
+
+    def maybe(cond: dict[tuple[int, int], Term], keys: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        return [k for k in keys if cond[k] is not False]
 
     # Phase 1: blocks that just left the window are unlocked (their holders stay, like
     # upstream's backup_holders, until the growth below has succeeded).
-    for lc in swa:
-        for o in range(lay.blocks):
-            page, locked = _entry(ex, seq, lc, o)
-            for _ in ex.when(ops.and_(newly_stale(lc, o), locked)):
-                ex.do("unlock", page=page, seq=seq, lc=lc, ordinal=o)
-    # Phase 2: shrink.
+    for lc, o in maybe(leaving, leaving):
+        page, locked = _entry(ex, seq, lc, o)
+        for _ in ex.when(ops.and_(leaving[lc, o], locked)):
+            ex.do("unlock", page=page, seq=seq, lc=lc, ordinal=o)
+    # Phase 2: shrink, last block first.
     for lc in range(lay.lcs):
         for o in reversed(range(lay.blocks)):
-            for _ in ex.when(ops.and_(_in_cap(ex, o, old_cap), ops.not_(_in_cap(ex, o, capacity)))):
-                release_block(ex, seq, lc, o)
+            if shrinking[lc, o] is not False:
+                for _ in ex.when(shrinking[lc, o]):
+                    release_block(ex, seq, lc, o)
 
     # Phase 3: grow. New in-window blocks first take parked slots, then the allocator.
     def needs_page(lc: int, o: int) -> Term:
         page, _ = _entry(ex, seq, lc, o)
-        return ops.and_(ops.not_(_in_cap(ex, o, old_cap)), _in_cap(ex, o, capacity),
-                        ops.not_(_stale(ex, lc, o, history)), ops.eq(page, NONE))
+        return ops.and_(growing[lc, o], ops.eq(page, NONE))
 
+    block_major = maybe(growing, [(lc, o) for o in range(lay.blocks) for lc in range(lay.lcs)])
     pocket_lcs = _pocket_lcs(ex)
-    for o in range(lay.blocks):  # block by block, life cycle within block (as upstream)
-        for lc in pocket_lcs:
+    for lc, o in block_major:  # block by block, life cycle within block (as upstream)
+        if lc in pocket_lcs:
             for _ in range(lay.pocket_cap):
                 nonempty = ops.lt(0, pocket_size(ops, lay, ex.s, seq, lc))
                 for _ in ex.when(ops.and_(needs_page(lc, o), nonempty)):
                     pop_or_refuse(ex, seq, lc, o)
     for pg in range(cfg.num_pool_groups):  # one eviction round per pool group
-        lcs = [lc for lc in range(lay.lcs) if cfg.pool_group_of(lc) == pg]
-        need = ops.count([needs_page(lc, o) for o in range(lay.blocks) for lc in lcs])
+        need = ops.count([needs_page(lc, o) for lc, o in block_major if cfg.pool_group_of(lc) == pg])
         for _ in ex.when(ops.lt(0, need)):
             make_room(ex, GPU_LEVEL, pg, need)
-    for o in range(lay.blocks):
-        for lc in range(lay.lcs):
-            for _ in ex.when(needs_page(lc, o)):
-                allocate_block(ex, seq, lc, o)
+    for lc, o in block_major:
+        for _ in ex.when(needs_page(lc, o)):
+            allocate_block(ex, seq, lc, o)
     # Phase 4: resolve the blocks that left the window: committed pages stay only in the
     # radix tree; uncommitted ones are kept for committing, parked, or released.
     allowed = ops.eq(ex.s.commit_state[seq], int(CommitState.ALLOWED))
-    for lc in swa:
-        for o in range(lay.blocks):
-            page, locked = _entry(ex, seq, lc, o)
-            held = ops.and_(newly_stale(lc, o), ops.ne(page, NONE), ops.not_(locked))
-            committed = ops.lookup(ex.s.committed, page, False)
-            for _ in ex.when(ops.and_(held, committed)):
-                ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
-            for _ in ex.when(ops.and_(held, ops.not_(committed), ops.not_(allowed))):
-                park_or_release(ex, seq, lc, o, page)
+    for lc, o in maybe(leaving, leaving):
+        page, locked = _entry(ex, seq, lc, o)
+        held = ops.and_(leaving[lc, o], ops.ne(page, NONE), ops.not_(locked))
+        committed = ops.lookup(ex.s.committed, page, False)
+        for _ in ex.when(ops.and_(held, committed)):
+            ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
+        for _ in ex.when(ops.and_(held, ops.not_(committed), ops.not_(allowed))):
+            park_or_release(ex, seq, lc, o, page)
 
 
 def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:
@@ -379,7 +405,7 @@ def _with_tokens(ex: Executor, seq: int, tokens: tuple[int, ...],
                  keys: tuple[tuple[int, ...], ...]) -> State:
     per_seq = list(ex.s.tokens)
     per_seq[seq] = tokens
-    return replace(ex.s, tokens=tuple(per_seq), block_keys=keys)
+    return evolve(ex.s, tokens=tuple(per_seq), block_keys=keys)
 
 
 def stop_committing(ex: Executor, seq: int) -> None:
@@ -417,10 +443,11 @@ def resume(ex: Executor, seq: int) -> None:
     _require_status(ex, seq, (SeqStatus.SUSPENDED,), "resume")
     h = ex.s.history[seq]
     targets = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
+    in_window = {(lc, o): ops.not_(_stale(ex, lc, o, h)) for lc, o in targets}
 
     def target(lc: int, o: int) -> tuple[Term, Term]:
         page, _ = _entry(ex, seq, lc, o)
-        return page, ops.and_(ops.ne(page, NONE), ops.not_(_stale(ex, lc, o, h)))
+        return page, ops.and_(ops.ne(page, NONE), in_window[lc, o])
 
     for lc, o in targets:  # pin first, so making room never evicts our own pages
         page, is_target = target(lc, o)
@@ -520,12 +547,12 @@ def advance(ex: Executor, stream: int) -> None:
 
 def fail_allocation(ex: Executor) -> None:
     """The next slot allocation fails (OutOfPages); the enclosing action rolls back."""
-    ex.s = replace(ex.s, fault_alloc=True)
+    ex.s = evolve(ex.s, fault_alloc=True)
 
 
 def fail_copy(ex: Executor) -> None:
     """The next migration copy fails; the enclosing action rolls back."""
-    ex.s = replace(ex.s, fault_copy=True)
+    ex.s = evolve(ex.s, fault_copy=True)
 
 
 # ---- the API table ----------------------------------------------------------------------

@@ -56,6 +56,28 @@ class PocketPolicy(StrEnum):
             raise ConfigError(field_name, "one of revalidate, pin, unsafe", value) from None
 
 
+class EvictParked(StrEnum):
+    """What the eviction cascade does with a parked page it picks as a victim.
+
+    A parked page is uncommitted and out of the window: nobody reads it again except a
+    pop that reuses its GPU slot. Copying it down a level only moves dead data.
+    """
+
+    DROP = "drop"  # its slot is released at once (no copy); the pocket entry stays, slotless
+    MIGRATE = "migrate"  # it migrates one level down like any HELD page (the PR as written)
+
+    @classmethod
+    def parse(cls, value: object, field_name: str = "pocket.evict_parked") -> EvictParked:
+        if isinstance(value, EvictParked):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value)
+            except ValueError:
+                pass
+        raise ConfigError(field_name, "one of drop, migrate", value)
+
+
 class SeqStatus(IntEnum):
     """Life of a sequence's KV cache. A sequence slot starts FREE (never created)."""
 
@@ -113,17 +135,30 @@ class LifeCycle:
 
 @dataclass(frozen=True)
 class PocketConfig:
-    """The SWA decode slot-reuse pocket (`enable_swa_decode_slot_reuse`)."""
+    """The SWA decode slot-reuse pocket (`enable_swa_decode_slot_reuse`).
+
+    `evict_parked`: a parked page picked by the eviction cascade is dropped (its GPU slot
+    released, no copy; the default) or migrated one level down (see `EvictParked`).
+    """
 
     enabled: bool = False
     capacity: int = 2
     policy: PocketPolicy = PocketPolicy.REVALIDATE
+    evict_parked: EvictParked = EvictParked.DROP
 
     def validate(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ConfigError("pocket.enabled", "true or false", self.enabled)
         _check_int("pocket.capacity", self.capacity, 1, 8)
         PocketPolicy.parse(self.policy)
+        EvictParked.parse(self.evict_parked)
+
+    @property
+    def drops_parked(self) -> bool:
+        """The eviction cascade drops a parked victim instead of migrating it. False under
+        `pin`, which never evicts a parked page: there is nothing to drop (and the model
+        and Z3 need not consider it)."""
+        return self.evict_parked == EvictParked.DROP and self.policy != PocketPolicy.PIN
 
 
 def swa_life_cycle(window: int, sink_tokens: int = 0, priority: int = 20) -> LifeCycle:
@@ -152,19 +187,39 @@ class KVConfig:
     slots_per_level: tuple[int, ...] = (6, 6)
     num_sequences: int = 2
     max_blocks: int = 6
-    max_pages: int = 0  # 0: derived as the total number of slots
+    max_pages: int = 0  # 0: derived (`derived_max_pages`)
     pocket: PocketConfig = field(default_factory=PocketConfig)
+    # max_pages was derived (given as 0), so `with_pocket` derives it again; not compared.
+    pages_derived: bool = field(default=False, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        policy: object = self.pocket.policy  # a plain string is accepted too
-        if not isinstance(policy, PocketPolicy):
-            object.__setattr__(
-                self, "pocket", replace(self.pocket, policy=PocketPolicy.parse(policy))
-            )
+        pocket: object = self.pocket
+        if isinstance(pocket, PocketConfig):  # plain strings are accepted for the enums too
+            policy, evict = PocketPolicy.parse(pocket.policy), EvictParked.parse(pocket.evict_parked)
+            if policy is not pocket.policy or evict is not pocket.evict_parked:
+                object.__setattr__(
+                    self, "pocket", replace(pocket, policy=policy, evict_parked=evict)
+                )
         if self.max_pages == 0 and isinstance(self.slots_per_level, tuple):
-            total = sum(self.slots_per_level) * max(1, self.num_pool_groups_unchecked())
-            object.__setattr__(self, "max_pages", total)
+            object.__setattr__(self, "max_pages", self.derived_max_pages())
+            object.__setattr__(self, "pages_derived", True)
         self.validate()
+
+    def derived_max_pages(self) -> int:
+        """The default bound on live pages: one per slot, plus one per pocket position when
+        parked pages can be dropped (a dropped parked page lives on, slotless, in its
+        pocket: HELD pages are evictable only above the last level; `pin` never evicts
+        them)."""
+        total = sum(self.slots_per_level) * max(1, self.num_pool_groups_unchecked())
+        pocket = self.pocket
+        if (isinstance(pocket, PocketConfig) and pocket.enabled and pocket.drops_parked
+                and len(self.slots_per_level) > 1):
+            try:
+                swa = sum(1 for lc in self.life_cycles if isinstance(lc, LifeCycle) and lc.is_swa)
+                total += int(self.num_sequences * swa * pocket.capacity)
+            except (TypeError, ValueError):  # a bad value: `validate` names its field
+                pass
+        return total
 
     def num_pool_groups_unchecked(self) -> int:
         try:
@@ -236,14 +291,18 @@ class KVConfig:
 
     def with_pocket(
         self, enabled: bool = True, policy: PocketPolicy | str | None = None,
-        capacity: int | None = None,
+        capacity: int | None = None, evict_parked: EvictParked | str | None = None,
     ) -> KVConfig:
+        """The same configuration with the pocket switched; unnamed settings are kept."""
         pocket = PocketConfig(
             enabled=enabled,
             capacity=self.pocket.capacity if capacity is None else capacity,
             policy=self.pocket.policy if policy is None else PocketPolicy.parse(policy),
+            evict_parked=(self.pocket.evict_parked if evict_parked is None
+                          else EvictParked.parse(evict_parked)),
         )
-        return replace(self, pocket=pocket)
+        # A derived page bound is derived again for the new pocket; an explicit one stays.
+        return replace(self, pocket=pocket, max_pages=0 if self.pages_derived else self.max_pages)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -258,7 +317,8 @@ class KVConfig:
             "max_blocks": self.max_blocks,
             "max_pages": self.max_pages,
             "pocket": {"enabled": self.pocket.enabled, "capacity": self.pocket.capacity,
-                       "policy": self.pocket.policy.value},
+                       "policy": self.pocket.policy.value,
+                       "evict_parked": self.pocket.evict_parked.value},
         }
 
     @staticmethod
@@ -299,9 +359,15 @@ class KVConfig:
             p = data["pocket"]
             if not isinstance(p, dict):
                 raise ConfigError("pocket", "an object", p)
+            pocket_known = {"enabled", "capacity", "policy", "evict_parked"}
+            for key in p:
+                if key not in pocket_known:
+                    raise ConfigError(f"pocket.{key}", "one of " + ", ".join(sorted(pocket_known)),
+                                      "unknown field")
             kwargs["pocket"] = PocketConfig(
                 enabled=p.get("enabled", False), capacity=p.get("capacity", 2),
                 policy=PocketPolicy.parse(p.get("policy", "revalidate")),
+                evict_parked=EvictParked.parse(p.get("evict_parked", "drop")),
             )
         return KVConfig(**kwargs)
 

@@ -14,7 +14,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from .config import BAD_PAGE_INDEX, NO_SLOT, NONE, CommitState, PageStatus, SeqStatus, stale_range
+from .config import (
+    BAD_PAGE_INDEX,
+    GPU_LEVEL,
+    NO_SLOT,
+    NONE,
+    CommitState,
+    PageStatus,
+    PocketPolicy,
+    SeqStatus,
+    stale_range,
+)
+from .logic import CONCRETE
 from .state import Layout, State
 
 Check = Callable[[Layout, State], bool]
@@ -177,7 +188,88 @@ def gone_sequences_hold_nothing(lay: Layout, s: State) -> bool:
                for q in range(lay.seqs))
 
 
+def _evictable(lay: Layout, s: State, p: int) -> bool:
+    """`state.evictable` on plain values (LOCKED never; HELD above the last level;
+    DROPPABLE when committed)."""
+    if s.locks[p] > 0:
+        return False
+    if s.holds[p] > 0:
+        return bool(s.level[p] < lay.cfg.last_level)
+    return bool(s.committed[p])
+
+
+def queue_follows_evictability(lay: Layout, s: State) -> bool:
+    """One pass, with the pocket as a set (the definition scans it once per page)."""
+    pin = lay.cfg.pocket.policy == PocketPolicy.PIN
+    parked = set(s.pocket) if pin else set()
+    for p in range(lay.pages):
+        if not s.alive[p]:
+            continue
+        should = _evictable(lay, s, p) and s.slot[p] != NO_SLOT and not (pin and p in parked)
+        if s.queued[p] != should:
+            return False
+    return True
+
+
+# The per-page invariants below are linear already; on plain values a loop with early
+# exit is several times faster than building every page's term.
+def dead_pages_are_blank(lay: Layout, s: State) -> bool:
+    return all(s.alive[p] or (s.slot[p] == NO_SLOT and not s.queued[p] and s.locks[p] == 0
+                              and s.holds[p] == 0 and s.dst_level[p] == NONE)
+               for p in range(lay.pages))
+
+
+def locked_at_gpu(lay: Layout, s: State) -> bool:
+    return all(not s.locks[p] > 0 or (
+        bool(s.alive[p]) and s.level[p] == GPU_LEVEL and s.slot[p] != NO_SLOT
+        and not s.queued[p] and s.dst_level[p] == NONE) for p in range(lay.pages))
+
+
+def queued_are_evictable(lay: Layout, s: State) -> bool:
+    return all(not s.queued[p] or (
+        bool(s.alive[p]) and s.slot[p] != NO_SLOT and s.dst_level[p] == NONE
+        and _evictable(lay, s, p)) for p in range(lay.pages))
+
+
+def live_pages_have_slots(lay: Layout, s: State) -> bool:
+    dropped = lay.cfg.pocket.drops_parked
+    parked = set(s.pocket) if dropped else set()
+    return all(not s.alive[p] or s.slot[p] != NO_SLOT
+               or (dropped and p in parked and s.level[p] == GPU_LEVEL)
+               for p in range(lay.pages))
+
+
+def no_orphan_pages(lay: Layout, s: State) -> bool:
+    return all(not (s.alive[p] and s.locks[p] <= 0 and s.holds[p] <= 0)
+               or bool(s.committed[p] and s.queued[p]) for p in range(lay.pages))
+
+
+def migrations_reserved(lay: Layout, s: State) -> bool:
+    """Only pages in flight are examined (the definition builds a term for every page)."""
+    for p in range(lay.pages):
+        dst = s.dst_level[p]
+        if dst == NONE:
+            continue
+        lvl = s.level[p]
+        if not (s.alive[p] and s.slot[p] != NO_SLOT):
+            return False
+        if not (dst == lvl + 1 or (dst == GPU_LEVEL and lvl > GPU_LEVEL)):
+            return False
+        pg = CONCRETE.lookup(lay.pool_group_of_lc, s.lc[p], 0)
+        dst_ix = lay.slot_ix(CONCRETE, dst, pg, s.dst_slot[p])
+        if dst_ix == -1 or CONCRETE.lookup(s.slot_owner, dst_ix, NONE) != p:
+            return False
+    return True
+
+
 FAST: dict[str, Check] = {
+    "queue_follows_evictability": queue_follows_evictability,
+    "dead_pages_are_blank": dead_pages_are_blank,
+    "locked_at_gpu": locked_at_gpu,
+    "queued_are_evictable": queued_are_evictable,
+    "live_pages_have_slots": live_pages_have_slots,
+    "no_orphan_pages": no_orphan_pages,
+    "migrations_reserved": migrations_reserved,
     "index_matches_locks": index_matches_locks,
     "inactive_sequences_unlocked": inactive_sequences_unlocked,
     "gone_sequences_hold_nothing": gone_sequences_hold_nothing,

@@ -286,8 +286,15 @@ def values_in_range(ops: Ops, lay: Layout, s: State) -> Term:
 
 
 def live_pages_have_slots(ops: Ops, lay: Layout, s: State) -> Term:
+    # The one exception: a parked page dropped by the cascade (evict_parked=drop) keeps
+    # its pocket entry, without a slot, until a pop refuses it or a drain releases it.
+    dropped = ops.const(lay.cfg.pocket.drops_parked)
     return ops.and_(*(
-        ops.implies(s.alive[p], ops.ne(s.slot[p], NO_SLOT)) for p in _pages(lay)
+        ops.implies(s.alive[p], ops.or_(
+            ops.ne(s.slot[p], NO_SLOT),
+            ops.and_(dropped, in_pocket(ops, s, p), ops.eq(s.level[p], GPU_LEVEL)),
+        ))
+        for p in _pages(lay)
     ))
 
 
@@ -305,13 +312,24 @@ def migrations_reserved(ops: Ops, lay: Layout, s: State) -> Term:
     return ops.and_(*conds)
 
 
+def dropped_pockets_stay_at_gpu(ops: Ops, lay: Layout, s: State) -> Term:
+    if not lay.cfg.pocket.drops_parked:
+        return ops.const(True)
+    return ops.and_(*(
+        ops.implies(ops.ne(x, NONE), ops.and_(
+            ops.eq(ops.lookup(s.level, x, -1), GPU_LEVEL), ops.not_(moving(ops, s, x)),
+        ))
+        for x in s.pocket
+    ))
+
+
 # ---- between API actions only ----------------------------------------------------------------
 
 def queue_follows_evictability(ops: Ops, lay: Layout, s: State) -> Term:
     pin = lay.cfg.pocket.policy == PocketPolicy.PIN
     conds = []
     for p in _pages(lay):
-        should = ops.and_(evictable(ops, lay.cfg, s, p),
+        should = ops.and_(evictable(ops, lay.cfg, s, p), ops.ne(s.slot[p], NO_SLOT),
                           ops.not_(ops.and_(ops.const(pin), in_pocket(ops, s, p))))
         conds.append(ops.implies(s.alive[p], ops.eq(s.queued[p], should)))
     return ops.and_(*conds)
@@ -404,7 +422,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("lengths_ordered", "committed tokens <= history <= capacity <= max capacity.",
               "step", lengths_ordered),
     Invariant("queue_follows_evictability", "Outside API actions a live page is queued exactly "
-              "when it is evictable (pinned pocket pages excepted).", "api",
+              "when it is evictable and has a slot (pinned pocket pages excepted).", "api",
               queue_follows_evictability),
     Invariant("window_is_mapped", "An ACTIVE sequence's page-index table maps every in-window "
               "block to its locked page's slot and every stale block to BAD; only blocks kept "
@@ -433,19 +451,30 @@ INVARIANTS: tuple[Invariant, ...] = (
               "precede the clock, ids are NONE or a valid page/sequence/stream.", "step",
               values_in_range, aux=True),
     Invariant("live_pages_have_slots", "Every live page occupies a slot at its level (a page "
-              "dies when it loses its last slot).", "step", live_pages_have_slots, aux=True),
+              "dies when it loses its last slot), except a parked page dropped under "
+              "evict_parked=drop: at GPU, slotless, until its pocket entry is popped or "
+              "drained.", "step", live_pages_have_slots, aux=True),
     Invariant("migrations_reserved", "A migrating page is alive with a slot, moves one level "
               "down or up to GPU, and owns its reserved destination slot.", "step",
               migrations_reserved, aux=True),
     Invariant("pinned_pockets_stay", "Under the pin policy a parked page stays at GPU with its "
               "slot, unqueued and not migrating.", "step", pinned_pockets_stay, aux=True),
+    Invariant("dropped_pockets_stay_at_gpu", "Under evict_parked=drop a parked page stays at "
+              "GPU and never migrates (the cascade drops it instead).", "step",
+              dropped_pockets_stay_at_gpu, aux=True),
 )
 
 INVARIANTS_BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
 
 
-def violated(ops: Ops, lay: Layout, s: State, scope: Scope | None = None) -> list[Invariant]:
-    """Invariants (of a scope, or all) that do not hold in concrete state s.
+def in_scope(inv: Invariant, scope: Scope | None) -> bool:
+    """Scope `api` includes the `step` invariants (they hold between API actions too)."""
+    return scope is None or inv.scope == scope or (scope == "api" and inv.scope == "step")
+
+
+def violated(ops: Ops, lay: Layout, s: State, scope: Scope | None = None,
+             only: tuple[Invariant, ...] = INVARIANTS) -> list[Invariant]:
+    """Invariants (of a scope, or all; among `only`) that do not hold in concrete state s.
 
     On concrete values the quadratic ones use their one-pass companions in
     `fastcheck.py` (tested to agree exactly with the definitions here).
@@ -456,8 +485,4 @@ def violated(ops: Ops, lay: Layout, s: State, scope: Scope | None = None) -> lis
         fast = FAST.get(inv.name) if not ops.symbolic else None
         return bool(fast(lay, s)) if fast is not None else bool(inv.predicate(ops, lay, s))
 
-    return [
-        inv for inv in INVARIANTS
-        if (scope is None or inv.scope == scope or (scope == "api" and inv.scope == "step"))
-        and not holds(inv)
-    ]
+    return [inv for inv in only if in_scope(inv, scope) and not holds(inv)]

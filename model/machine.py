@@ -15,7 +15,8 @@ from . import api
 from .config import KVConfig
 from .errors import OutOfPages, UsageError
 from .executor import Chooser, ConcreteExecutor, LowestChooser, Step
-from .invariants import Invariant, Scope, violated
+from .incremental import IncrementalChecker
+from .invariants import Invariant, Scope
 from .logic import CONCRETE
 from .state import Layout, State
 
@@ -38,6 +39,7 @@ class Model:
     def __init__(self, cfg: KVConfig, chooser: Chooser | None = None) -> None:
         self.cfg = cfg
         self.layout = Layout(cfg)
+        self._checker = IncrementalChecker(self.layout)
         self.ops = CONCRETE
         self.state: State = self.layout.initial_state()
         self.chooser: Chooser = chooser or LowestChooser()
@@ -129,7 +131,7 @@ class Model:
 
     # ---- checking -------------------------------------------------------------------------
     def violations(self, scope: Scope = "api") -> list[Invariant]:
-        return violated(CONCRETE, self.layout, self.state, scope)
+        return self._checker.violated(self.state, scope)
 
     def check(self, scope: Scope = "api") -> None:
         bad = self.violations(scope)

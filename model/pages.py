@@ -10,7 +10,7 @@ pocket entry) is a parameter; guards say which choices are legal.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .config import (
     BAD_PAGE_INDEX,
@@ -25,13 +25,14 @@ from .config import (
 )
 from .logic import Ops, Term
 from .overrides import any_override, named
-from .state import IDLE, Layout, State, evictable, status
+from .state import IDLE, Layout, State, evictable, evolve, status
 
 Params = dict[str, Term]
 
 # Labels the API programs decide on too (so an override reaches guard and program alike).
 POCKET_NOT_FULL = "pocket is not full"
 STILL_VALID = "parked page is still at GPU with a valid slot and not migrating"
+PARKED_DROPPED = "a parked victim is dropped, not migrated (evict_parked=drop)"
 Cond = tuple[str, Term]  # (English description of the condition, its truth value)
 
 
@@ -184,7 +185,7 @@ def _set(ops: Ops, arr: tuple[Term, ...], idx: Term, value: Term) -> tuple[Term,
 def _schedule_if(ops: Ops, s: State, p: Term, cond: Term) -> State:
     """Push p at the tail of its queue when cond holds and it is not queued yet."""
     go = ops.and_(cond, ops.not_(ops.lookup(s.queued, p, False)))
-    return replace(
+    return evolve(
         s,
         queued=_set(ops, s.queued, p, ops.or_(go, ops.lookup(s.queued, p, False))),
         stamp=_set(ops, s.stamp, p, ops.ite(go, s.clock, ops.lookup(s.stamp, p, 0))),
@@ -193,7 +194,7 @@ def _schedule_if(ops: Ops, s: State, p: Term, cond: Term) -> State:
 
 
 def _unqueue_if(ops: Ops, s: State, p: Term, cond: Term) -> State:
-    return replace(
+    return evolve(
         s, queued=_set(ops, s.queued, p, ops.and_(ops.lookup(s.queued, p, False), ops.not_(cond)))
     )
 
@@ -201,7 +202,7 @@ def _unqueue_if(ops: Ops, s: State, p: Term, cond: Term) -> State:
 def _die(ops: Ops, lay: Layout, s: State, p: Term) -> State:
     """Page p dies: its slot returns to the allocator of its level (keeping its busy event)."""
     ix = page_slot_ix(ops, lay, s, p)
-    return replace(
+    return evolve(
         s,
         slot_owner=_set(ops, s.slot_owner, ix, NONE),
         alive=_set(ops, s.alive, p, False), slot=_set(ops, s.slot, p, NO_SLOT),
@@ -242,7 +243,7 @@ def e_allocate(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     page, seq = p["page"], p["seq"]
     ix = lay.slot_ix(ops, GPU_LEVEL, pool_group(ops, lay, p["lc"]), p["slot"])
     e = _entry(ops, lay, p)
-    return replace(
+    return evolve(
         s,
         alive=_set(ops, s.alive, page, True), lc=_set(ops, s.lc, page, p["lc"]),
         committed=_set(ops, s.committed, page, False), level=_set(ops, s.level, page, GPU_LEVEL),
@@ -288,7 +289,7 @@ def g_lock(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 def e_lock(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     page, e = p["page"], _entry(ops, lay, p)
-    return replace(
+    return evolve(
         s,
         locks=_set(ops, s.locks, page, ops.add(ops.lookup(s.locks, page, 0), 1)),
         holds=_set(ops, s.holds, page, ops.sub(ops.lookup(s.holds, page, 0), 1)),
@@ -309,7 +310,7 @@ def g_unlock(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 def e_unlock(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     page, e = p["page"], _entry(ops, lay, p)
     ix = page_slot_ix(ops, lay, s, page)
-    s = replace(
+    s = evolve(
         s,
         locks=_set(ops, s.locks, page, ops.sub(ops.lookup(s.locks, page, 0), 1)),
         holds=_set(ops, s.holds, page, ops.add(ops.lookup(s.holds, page, 0), 1)),
@@ -336,7 +337,7 @@ def g_hold(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 def e_hold(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     page, e = p["page"], _entry(ops, lay, p)
-    s = replace(
+    s = evolve(
         s,
         holds=_set(ops, s.holds, page, ops.add(ops.lookup(s.holds, page, 0), 1)),
         entry=_set(ops, s.entry, e, page), entry_locked=_set(ops, s.entry_locked, e, False),
@@ -354,7 +355,7 @@ def g_release_holder(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 def e_release_holder(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     page, e = p["page"], _entry(ops, lay, p)
-    s = replace(
+    s = evolve(
         s,
         holds=_set(ops, s.holds, page, ops.sub(ops.lookup(s.holds, page, 0), 1)),
         entry=_set(ops, s.entry, e, NONE),
@@ -396,6 +397,13 @@ def _dst_ix(ops: Ops, lay: Layout, s: State, page: Term, dst_level: Term, dst_sl
     return lay.slot_ix(ops, dst_level, pool_group(ops, lay, ops.lookup(s.lc, page, 0)), dst_slot)
 
 
+def drops_parked(ops: Ops, lay: Layout, s: State, page: Term) -> Term:
+    """The eviction cascade drops this victim instead of migrating it: it is parked and the
+    configuration says `evict_parked=drop`."""
+    drop = named(ops, PARKED_DROPPED, ops.const(lay.cfg.pocket.drops_parked))
+    return ops.and_(drop, in_pocket(ops, s, page))
+
+
 def g_evict_begin(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     page = p["page"]
     lvl = ops.lookup(s.level, page, 0)
@@ -405,6 +413,7 @@ def g_evict_begin(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
         ("page is above the last level", ops.lt(lvl, lay.cfg.last_level)),
         ("destination slot is free one level down",
          ops.and_(ops.ne(ix, -1), ops.eq(ops.lookup(s.slot_owner, ix, 0), NONE))),
+        ("page is not a parked page to drop", ops.not_(drops_parked(ops, lay, s, page))),
     ]
 
 
@@ -415,7 +424,7 @@ def _begin_copy(ops: Ops, lay: Layout, s: State, page: Term, dst_level: Term, ds
     copy = lay.copy_stream
     # The copy stream waits on both slots' events, then reads src and writes dst.
     busy = _set(ops, _set(ops, s.slot_busy, src_ix, copy), dst_ix, copy)
-    return replace(
+    return evolve(
         s,
         queued=_set(ops, s.queued, page, False),
         dst_level=_set(ops, s.dst_level, page, dst_level),
@@ -455,7 +464,7 @@ def e_migrate_complete(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     page = p["page"]
     src_ix = page_slot_ix(ops, lay, s, page)
     went_down = ops.lt(ops.lookup(s.level, page, 0), ops.lookup(s.dst_level, page, 0))
-    s = replace(
+    s = evolve(
         s,
         slot_owner=_set(ops, s.slot_owner, src_ix, NONE),  # released with the copy's event
         level=_set(ops, s.level, page, ops.lookup(s.dst_level, page, 0)),
@@ -474,7 +483,7 @@ def e_copy_fail(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     dst_ix = _dst_ix(ops, lay, s, page, ops.lookup(s.dst_level, page, 0),
                      ops.lookup(s.dst_slot, page, NO_SLOT))
     went_down = ops.lt(ops.lookup(s.level, page, 0), ops.lookup(s.dst_level, page, 0))
-    s = replace(
+    s = evolve(
         s,
         slot_owner=_set(ops, s.slot_owner, dst_ix, NONE),
         dst_level=_set(ops, s.dst_level, page, NONE),
@@ -494,6 +503,29 @@ def g_drop(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 def e_drop(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     return _die(ops, lay, s, p["page"])
+
+
+def g_drop_parked(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
+    page = p["page"]
+    return [
+        ("page is the head of its level's eviction queue", queue_head(ops, lay, s, page)),
+        ("page is parked in a pocket", in_pocket(ops, s, page)),
+        (PARKED_DROPPED, ops.const(lay.cfg.pocket.drops_parked)),
+    ]
+
+
+def e_drop_parked(ops: Ops, lay: Layout, s: State, p: Params) -> State:
+    """The victim's slot returns to its allocator (keeping its busy event: whoever takes
+    the slot next waits on it); nothing is copied. The page stays HELD by its pocket entry,
+    slotless, until a pop refuses it or a drain releases it; a pop that does not re-check
+    (`unsafe`) takes a slot that is no longer there."""
+    page = p["page"]
+    ix = page_slot_ix(ops, lay, s, page)
+    return evolve(
+        s,
+        slot_owner=_set(ops, s.slot_owner, ix, NONE),
+        slot=_set(ops, s.slot, page, NO_SLOT), queued=_set(ops, s.queued, page, False),
+    )
 
 
 def g_park(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
@@ -522,7 +554,7 @@ def e_park(ops: Ops, lay: Layout, s: State, p: Params) -> State:
         ix = lay.pocket_ix(ops, seq, lc, k)
         pocket = ops.store(pocket, ix, ops.ite(ops.eq(size, k), page, ops.lookup(s.pocket, ix, NONE)))
     # The block's holder moves into the pocket: the page stays HELD.
-    s = replace(s, entry=_set(ops, s.entry, e, NONE), pocket=pocket)
+    s = evolve(s, entry=_set(ops, s.entry, e, NONE), pocket=pocket)
     return _unqueue_if(ops, s, page, ops.const(lay.cfg.pocket.policy == PocketPolicy.PIN))
 
 
@@ -562,7 +594,7 @@ def e_pop(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     busy = ops.lookup(s.slot_busy, gpu_ix, IDLE)
     waits = policy != PocketPolicy.UNSAFE  # safe policies wait on the page's event
     hazard = ops.and_(ops.const(not waits), ops.ne(busy, IDLE), ops.ne(busy, seq))
-    s = replace(
+    s = evolve(
         s,
         bad_pop=ops.or_(s.bad_pop, ops.not_(still_valid(ops, s, page))),
         unsynced_reuse=ops.or_(s.unsynced_reuse, hazard),
@@ -591,7 +623,7 @@ def g_drain(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 def e_drain(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     page = _pocket_page(ops, lay, s, p)
-    s = replace(
+    s = evolve(
         s,
         pocket=pocket_remove(ops, lay, s.pocket, p["seq"], p["lc"], p["k"]),
         holds=_set(ops, s.holds, page, ops.sub(ops.lookup(s.holds, page, 0), 1)),
@@ -622,7 +654,7 @@ def g_commit_page(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 def e_commit_page(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     page = p["page"]
-    return replace(
+    return evolve(
         s,
         committed=_set(ops, s.committed, page, True), key=_set(ops, s.key, page, p["key"]),
         owner=_set(ops, s.owner, page, NONE),
@@ -635,7 +667,7 @@ def g_complete(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 def e_complete(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     busy = tuple(ops.ite(ops.eq(b, p["stream"]), IDLE, b) for b in s.slot_busy)
-    return replace(s, slot_busy=busy)
+    return evolve(s, slot_busy=busy)
 
 
 def g_copy_fail(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
@@ -687,7 +719,7 @@ def g_set_status(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 
 def e_set_status(ops: Ops, lay: Layout, s: State, p: Params) -> State:
-    return replace(s, seq_status=_set(ops, s.seq_status, p["seq"], p["status"]))
+    return evolve(s, seq_status=_set(ops, s.seq_status, p["seq"], p["status"]))
 
 
 def g_set_lengths(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
@@ -701,7 +733,7 @@ def g_set_lengths(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 def e_set_lengths(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     seq = p["seq"]
-    return replace(
+    return evolve(
         s,
         capacity=_set(ops, s.capacity, seq, p["capacity"]),
         history=_set(ops, s.history, seq, p["history"]),
@@ -714,7 +746,7 @@ def g_set_commit_state(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]
 
 
 def e_set_commit_state(ops: Ops, lay: Layout, s: State, p: Params) -> State:
-    return replace(s, commit_state=_set(ops, s.commit_state, p["seq"], p["commit_state"]))
+    return evolve(s, commit_state=_set(ops, s.commit_state, p["seq"], p["commit_state"]))
 
 
 def pocket_size_all(ops: Ops, lay: Layout, s: State, seq: Term) -> Term:
@@ -753,6 +785,9 @@ PAGE_ACTIONS: dict[str, PageAction] = {a.name: a for a in (
     _a("copy_fail", (P_PAGE,),
        "A migration's copy fails: the destination slot is released, the page stays."),
     _a("drop", (P_PAGE,), "The queue head, DROPPABLE and committed, is dropped."),
+    _a("drop_parked", (P_PAGE,),
+       "The queue head, parked, is dropped (evict_parked=drop): its slot is released without "
+       "a copy; its pocket entry stays, slotless, until popped (refused) or drained."),
     _a("park", (P_PAGE, P_SEQ, P_LC, P_ORD),
        "A freshly stale, orphaned page moves from its block into the sequence's pocket."),
     _a("pop", (P_SEQ, P_LC, P_POS, P_ORD),

@@ -62,6 +62,7 @@ PAGE_LIFE: dict[str, tuple[tuple[Life, Life], ...]] = {
     "migrate_complete": ((M, H), (M, C), (M, P)),
     "copy_fail": ((M, H), (M, C), (M, P)),
     "drop": ((C, U),),
+    "drop_parked": (),  # stays Parked (HELD by its pocket entry), without a slot
     "park": ((H, P),),
     "pop": ((P, L),),
     "drain": ((P, U),),

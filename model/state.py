@@ -74,6 +74,20 @@ class State:
 
 
 STATE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(State))
+_FIELD_SET = frozenset(STATE_FIELDS)
+
+
+def evolve(s: State, **changes: Any) -> State:
+    """`dataclasses.replace` for `State`, without re-running `__init__` field by field: the
+    model's hottest call. Unchanged fields are shared, which the incremental invariant
+    check relies on (`incremental.py`)."""
+    unknown = changes.keys() - _FIELD_SET
+    if unknown:
+        raise TypeError(f"State has no field(s) {', '.join(sorted(unknown))}")
+    new = object.__new__(State)
+    new.__dict__.update(s.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 @dataclass(frozen=True)

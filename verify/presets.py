@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from kvpocket.model.config import (
     ConfigError,
+    EvictParked,
     KVConfig,
     LifeCycle,
     PocketConfig,
@@ -24,19 +25,22 @@ class Preset:
 
 
 def _cfg(slots: tuple[int, ...], seqs: int = 2, lcs: tuple[LifeCycle, ...] | None = None,
-         t: int = 2, blocks: int = 16) -> KVConfig:
+         t: int = 2, blocks: int = 16, evict_parked: EvictParked = EvictParked.DROP) -> KVConfig:
     return KVConfig(
         tokens_per_block=t,
         life_cycles=lcs or (swa_life_cycle(window=3), full_life_cycle()),
         slots_per_level=slots, num_sequences=seqs, max_blocks=blocks,
-        pocket=PocketConfig(enabled=True),
+        pocket=PocketConfig(enabled=True, evict_parked=evict_parked),
     )
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("tiny", "GPU + host, one SWA life cycle (window 3, 2 tokens/block), 2 sequences, "
-           "4 + 4 slots: the parked page migrates within a few steps",
+           "4 + 4 slots: the parked page is evicted (dropped) within a few steps",
            _cfg((4, 4), lcs=(swa_life_cycle(window=3),))),
+    Preset("tiny-migrate", "tiny with evict_parked=migrate: the evicted parked page is "
+           "copied to host (the pull request as written) instead of dropped",
+           _cfg((4, 4), lcs=(swa_life_cycle(window=3),), evict_parked=EvictParked.MIGRATE)),
     Preset("gpu-only", "GPU only, SWA + full attention, 2 sequences, 8 slots: HELD pages "
            "are never evictable", _cfg((8,))),
     Preset("two-level", "GPU + host, SWA + full attention sharing a pool group (two priority "
@@ -70,12 +74,13 @@ def preset(name: str) -> KVConfig:
 def decode_config(
     policy: PocketPolicy | str = PocketPolicy.REVALIDATE, enabled: bool = True,
     slots: tuple[int, ...] = (4, 4), window: int = 3, t: int = 2, seqs: int = 2,
-    blocks: int = 10,
+    blocks: int = 10, evict_parked: EvictParked | str = EvictParked.DROP,
 ) -> KVConfig:
     """One SWA life cycle and tiny pools, for decode scenarios: every mechanism (parking,
-    popping, migration while parked, OutOfPages) shows within a few steps."""
+    popping, eviction while parked, OutOfPages) shows within a few steps."""
     return KVConfig(
         tokens_per_block=t, life_cycles=(swa_life_cycle(window=window),),
         slots_per_level=slots, num_sequences=seqs, max_blocks=blocks,
-        pocket=PocketConfig(enabled=enabled, policy=PocketPolicy.parse(policy)),
+        pocket=PocketConfig(enabled=enabled, policy=PocketPolicy.parse(policy),
+                            evict_parked=EvictParked.parse(evict_parked)),
     )

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..exceptions import BackendUnavailableError
 from .numpy_sim import NumpyBackend, StreamSimulator
-from .protocol import Backend, EventRef, StreamRef
+from .protocol import Access, Backend, EventRef, StreamRef
 
 _GPU_OK: bool | None = None
+_CUPY_OPTIONS = ("disk_dir", "copy_mode")  # simulator-only options (eager, race_check) drop
 
 
 def _probe_gpu() -> bool:
@@ -44,19 +46,24 @@ def make_backend(kind: str | Backend = "auto", **kwargs: Any) -> Backend:
     if kind == "numpy":
         return NumpyBackend(**kwargs)
     if kind == "cupy":
+        if not gpu_available():
+            raise BackendUnavailableError(
+                "backend 'cupy' needs CuPy and a usable CUDA GPU, and none was found "
+                "(pip install 'kvpocket[cuda]' on a machine with one, or use backend='numpy')")
         from .cupy_backend import CupyBackend
 
-        return CupyBackend(**{k: v for k, v in kwargs.items() if k == "disk_dir"})
+        return CupyBackend(**{k: v for k, v in kwargs.items() if k in _CUPY_OPTIONS})
     if kind == "auto":
         if gpu_available():
             from .cupy_backend import CupyBackend
 
-            return CupyBackend(**{k: v for k, v in kwargs.items() if k == "disk_dir"})
+            return CupyBackend(**{k: v for k, v in kwargs.items() if k in _CUPY_OPTIONS})
         return NumpyBackend(**kwargs)
     raise ValueError(f"backend must be 'numpy', 'cupy' or 'auto', got {kind!r}")
 
 
 __all__ = [
+    "Access",
     "Backend",
     "EventRef",
     "NumpyBackend",

@@ -12,6 +12,26 @@ yet when a consumer's kernel reads the slot.
 Modes: `eager=True` (the default) drains all streams in a fixed order (by
 stream id) after every enqueue; `eager=False` runs nothing until the harness
 says so.
+
+Stream kinds, as CUDA has them:
+
+* non-blocking streams (`cudaStreamNonBlocking`, what `Backend.new_stream` makes):
+  ordered with other streams only through events;
+* blocking streams (`new_stream(name, blocking=True)`, CUDA's default flag);
+* the legacy default stream (`legacy_stream()`, CuPy's "current stream" unless
+  code sets another one): work on it waits for all earlier work on blocking
+  streams, and work on a blocking stream waits for all earlier legacy work. It
+  does **not** synchronise with non-blocking streams. Both implicit rules are
+  enqueued as ordinary barriers, so they hold under any interleaving.
+
+Race detection (`race_check=True`): work may declare the pool slots it reads
+and writes (`enqueue(..., reads=, writes=)`; copies declare theirs). The
+simulator keeps a vector clock per stream (program order, event waits, the
+legacy rules above, and what the host has observed complete through
+`synchronize`/`query`/`drain`) and raises `SimulatorError` at enqueue time when
+an access conflicts with an earlier one (at least one write) that does not
+happen before it. That is a race on real hardware *whatever* the interleaving,
+so it is caught even in eager mode, where the fixed drain order would hide it.
 """
 
 from __future__ import annotations
@@ -19,14 +39,16 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..exceptions import SimulatorError
-from .protocol import EventRef, StreamRef
+from .protocol import Access, EventRef, StreamRef
+
+Clock = dict[int, int]  # stream id -> number of that stream's items known complete
 
 
 @dataclass(frozen=True)
@@ -43,57 +65,118 @@ class _Wait:
 
 
 class _SimStream:
-    __slots__ = ("enqueued", "executed", "id", "name", "queue")
+    __slots__ = ("blocking", "clock", "enqueued", "executed", "id", "legacy", "name", "queue")
 
-    def __init__(self, sid: int, name: str) -> None:
+    def __init__(self, sid: int, name: str, blocking: bool, legacy: bool) -> None:
         self.id = sid
         self.name = name
+        self.blocking = blocking
+        self.legacy = legacy
         self.queue: deque[_Work | _Wait] = deque()
         self.enqueued = 0  # items ever enqueued
         self.executed = 0  # items ever executed
+        self.clock: Clock = {}  # other streams' items every later item here happens after
 
 
 class _SimEvent:
-    __slots__ = ("position", "stream")
+    __slots__ = ("clock", "position", "stream")
 
     def __init__(self) -> None:
         self.stream: int | None = None
         self.position = 0
+        self.clock: Clock = {}
+
+
+@dataclass(frozen=True)
+class _Touch:
+    """One earlier access of a slot: which stream, which item, what it was."""
+
+    stream: int
+    item: int
+    label: str
+
+
+def _join(into: Clock, other: Clock) -> None:
+    for sid, n in other.items():
+        if into.get(sid, 0) < n:
+            into[sid] = n
 
 
 class StreamSimulator:
     """Deterministic executor of per-stream work queues."""
 
-    def __init__(self, eager: bool = True) -> None:
+    def __init__(self, eager: bool = True, race_check: bool = False) -> None:
         self.eager = eager
+        self.race_check = race_check
         self._streams: list[_SimStream] = []
+        self._legacy: int | None = None
         self.trace: list[tuple[int, str]] = []  # (stream id, label) in execution order
         self.keep_trace = False
+        self.host_clock: Clock = {}  # what the host has observed complete
+        self._writes: dict[tuple[int, int], _Touch] = {}  # (buffer id, slot) -> last write
+        self._reads: dict[tuple[int, int], list[_Touch]] = {}  # reads since that write
+        self._names: dict[int, str] = {}  # buffer id -> name, for reports
+        self.queued = 0  # items enqueued and not yet executed, over all streams
 
     # ---- construction ------------------------------------------------------------------
-    def new_stream(self, name: str) -> int:
+    def new_stream(self, name: str, blocking: bool = False) -> int:
         sid = len(self._streams)
-        self._streams.append(_SimStream(sid, name))
+        self._streams.append(_SimStream(sid, name, blocking, legacy=False))
         return sid
+
+    def legacy_stream(self) -> int:
+        """The legacy default stream (created on first use)."""
+        if self._legacy is None:
+            self._legacy = len(self._streams)
+            self._streams.append(_SimStream(self._legacy, "legacy-default", True, legacy=True))
+        return self._legacy
 
     def stream_name(self, sid: int) -> str:
         return self._streams[sid].name
+
+    def name_buffer(self, buf: Any, name: str) -> None:
+        """A readable name for a buffer in race reports."""
+        self._names[id(buf)] = name
 
     @property
     def num_streams(self) -> int:
         return len(self._streams)
 
     # ---- enqueue -------------------------------------------------------------------------
-    def enqueue(self, sid: int, fn: Callable[[], None], label: str = "work") -> None:
+    def enqueue(self, sid: int, fn: Callable[[], None], label: str = "work",
+                reads: Iterable[Access] = (), writes: Iterable[Access] = ()) -> None:
         s = self._streams[sid]
+        self._implicit_legacy_sync(s)
+        if self.race_check:
+            _join(s.clock, self.host_clock)
+            self._check_and_note(s, label, reads, writes)
         s.queue.append(_Work(fn, label))
         s.enqueued += 1
+        self.queued += 1
         if self.eager:
             self.drain()
 
+    def _implicit_legacy_sync(self, s: _SimStream) -> None:
+        """CUDA's legacy default stream rules, as barriers (and clock joins)."""
+        if self._legacy is None or not s.blocking:
+            return
+        others = ([b for b in self._streams if b.blocking and not b.legacy] if s.legacy
+                  else [self._streams[self._legacy]])
+        for o in others:
+            if o.id == s.id or o.enqueued == 0:
+                continue
+            s.queue.append(_Wait(o.id, o.enqueued, f"implicit wait {o.name}"))
+            s.enqueued += 1
+            self.queued += 1
+            _join(s.clock, o.clock)
+            _join(s.clock, {o.id: o.enqueued})
+
     def record(self, ev: _SimEvent, sid: int) -> None:
+        s = self._streams[sid]
         ev.stream = sid
-        ev.position = self._streams[sid].enqueued
+        ev.position = s.enqueued
+        ev.clock = dict(s.clock)
+        ev.clock[sid] = s.enqueued
 
     def wait_event(self, sid: int, ev: _SimEvent, label: str = "wait") -> None:
         if ev.stream is None:
@@ -101,14 +184,67 @@ class StreamSimulator:
         s = self._streams[sid]
         s.queue.append(_Wait(ev.stream, ev.position, label))
         s.enqueued += 1
+        self.queued += 1
+        _join(s.clock, ev.clock)
         if self.eager:
             self.drain()
+
+    # ---- race detection ------------------------------------------------------------------
+    def _ordered(self, t: _Touch, s: _SimStream) -> bool:
+        return t.stream == s.id or s.clock.get(t.stream, 0) > t.item
+
+    def _race(self, kind: str, buf: int, slot: int, s: _SimStream, label: str,
+              other: _Touch, other_kind: str) -> SimulatorError:
+        name = self._names.get(buf, f"buffer@{buf:#x}")
+        o = self._streams[other.stream]
+        return SimulatorError(
+            f"race on {name}[{slot}]: {kind} by {label!r} on stream {s.name!r} is not ordered "
+            f"after the {other_kind} by {other.label!r} on stream {o.name!r} (no event/wait "
+            f"chain or host synchronisation between them; "
+            f"{'legacy default vs non-blocking stream' if s.legacy or o.legacy else 'cross-stream'})")
+
+    @staticmethod
+    def _keys(accesses: Iterable[Access]) -> list[tuple[int, int]]:
+        keys: list[tuple[int, int]] = []
+        for buf, slots in accesses:
+            rows = range(len(buf)) if slots is None else slots
+            keys.extend((id(buf), int(r)) for r in rows)
+        return keys
+
+    def _check_and_note(self, s: _SimStream, label: str, reads: Iterable[Access],
+                        writes: Iterable[Access]) -> None:
+        item = s.enqueued
+        rkeys, wkeys = self._keys(reads), self._keys(writes)
+        for key in rkeys:
+            w = self._writes.get(key)
+            if w is not None and not self._ordered(w, s):
+                raise self._race("read", key[0], key[1], s, label, w, "write")
+        for key in wkeys:
+            w = self._writes.get(key)
+            if w is not None and not self._ordered(w, s):
+                raise self._race("write", key[0], key[1], s, label, w, "write")
+            for r in self._reads.get(key, ()):
+                if not self._ordered(r, s):
+                    raise self._race("write", key[0], key[1], s, label, r, "read")
+        me = _Touch(s.id, item, label)
+        for key in rkeys:
+            self._reads.setdefault(key, []).append(me)
+        for key in wkeys:
+            self._writes[key] = me
+            self._reads.pop(key, None)
+
+    def _host_observed(self, clock: Clock) -> None:
+        if self.race_check:
+            _join(self.host_clock, clock)
 
     # ---- queries -------------------------------------------------------------------------
     def event_done(self, ev: _SimEvent) -> bool:
         if ev.stream is None:
             return True
-        return self._streams[ev.stream].executed >= ev.position
+        done = self._streams[ev.stream].executed >= ev.position
+        if done:
+            self._host_observed(ev.clock)  # a successful query orders later host work
+        return done
 
     def pending(self, sid: int) -> int:
         return len(self._streams[sid].queue)
@@ -126,7 +262,7 @@ class StreamSimulator:
         return [s.id for s in self._streams if self._head_runnable(s)]
 
     def idle(self) -> bool:
-        return all(not s.queue for s in self._streams)
+        return self.queued == 0
 
     # ---- execution -----------------------------------------------------------------------
     def advance(self, sid: int, n: int = 1) -> int:
@@ -138,6 +274,7 @@ class StreamSimulator:
             if isinstance(item, _Work):
                 item.fn()
             s.executed += 1
+            self.queued -= 1
             done += 1
             if self.keep_trace:
                 self.trace.append((sid, item.label))
@@ -145,6 +282,8 @@ class StreamSimulator:
 
     def drain(self) -> None:
         """Run everything, streams visited in id order, until all queues are empty."""
+        if self.queued == 0:
+            return
         progressed = True
         while progressed:
             progressed = False
@@ -156,6 +295,14 @@ class StreamSimulator:
             blocked = [s.name for s in self._streams if s.queue]
             raise SimulatorError(f"stream simulator deadlock: streams {blocked} are blocked")
 
+    def synchronize_all(self) -> None:
+        """Host blocks until every stream is idle (`drain`), and knows it: all work so far
+        happens before anything the host enqueues next. (An eager drain after an enqueue
+        is not that: it models fast hardware, not a host that waited.)"""
+        self.drain()
+        if self.race_check:
+            self._host_observed({s.id: s.enqueued for s in self._streams})
+
     def synchronize(self, ev: _SimEvent) -> None:
         """Host blocks until `ev` completes: progress streams in fixed order until it has."""
         while not self.event_done(ev):
@@ -165,31 +312,75 @@ class StreamSimulator:
             self.advance(ready[0], 1)
 
 
+def _slots(x: Sequence[int] | np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return np.asarray(x, dtype=np.int64).reshape(-1)
+
+
 class NumpyBackend:
-    """CPU arrays for every level plus the stream simulator."""
+    """CPU arrays for every level plus the stream simulator.
+
+    `race_check=True` turns on the simulator's race detector: copies declare their
+    slots, and `launch` takes `reads=`/`writes=` declarations (see the module doc).
+    """
 
     name = "numpy"
     xp: Any = np
 
-    def __init__(self, eager: bool = True, disk_dir: str | None = None) -> None:
-        self.sim = StreamSimulator(eager=eager)
+    def __init__(self, eager: bool = True, disk_dir: str | None = None,
+                 race_check: bool = False) -> None:
+        self.sim = StreamSimulator(eager=eager, race_check=race_check)
         self._next_event = 0
         self._disk_dir = disk_dir
         self._tmpdirs: list[tempfile.TemporaryDirectory[str]] = []
+        self._streams: list[StreamRef] = []
+        self._current: StreamRef | None = None
+        self._npools = 0
 
     def create_pool(self, level: int, num_slots: int, slot_elems: int, dtype: Any) -> Any:
+        pool: Any
         if level < 2:
-            return np.zeros((num_slots, slot_elems), dtype=dtype)
-        if self._disk_dir is None:
-            td = tempfile.TemporaryDirectory(prefix="kvpocket-disk-")
-            self._tmpdirs.append(td)
-            self._disk_dir = td.name
-        path = os.path.join(self._disk_dir, f"level{level}-{len(os.listdir(self._disk_dir))}.bin")
-        return np.memmap(path, dtype=dtype, mode="w+", shape=(num_slots, slot_elems))
+            pool = np.zeros((num_slots, slot_elems), dtype=dtype)
+        else:
+            if self._disk_dir is None:
+                td = tempfile.TemporaryDirectory(prefix="kvpocket-disk-")
+                self._tmpdirs.append(td)
+                self._disk_dir = td.name
+            path = os.path.join(self._disk_dir,
+                                f"level{level}-{len(os.listdir(self._disk_dir))}.bin")
+            pool = np.memmap(path, dtype=dtype, mode="w+", shape=(num_slots, slot_elems))
+        self.sim.name_buffer(pool, f"pool{self._npools}(level {level})")
+        self._npools += 1
+        return pool
 
     def new_stream(self, name: str) -> StreamRef:
         sid = self.sim.new_stream(name)
-        return StreamRef(sid, name, sid)
+        ref = StreamRef(sid, name, sid)
+        self._streams.append(ref)
+        return ref
+
+    def current_stream(self) -> StreamRef:
+        if self._current is None:
+            sid = self.sim.legacy_stream()
+            self._current = StreamRef(sid, self.sim.stream_name(sid), sid)
+        return self._current
+
+    def join_current(self, streams: Sequence[StreamRef] | None = None) -> None:
+        cur = self.current_stream()
+        ev = self.new_event()
+        self.record(ev, cur)
+        for s in self._streams if streams is None else streams:
+            self.wait_event(s, ev)
+
+    def wait_streams(self, stream: StreamRef, others: Sequence[StreamRef]) -> None:
+        if self.sim.idle() and not self.sim.race_check:
+            return  # nothing is queued anywhere: every stream's work has run
+        for o in others:
+            # An idle stream orders nothing (data-wise); the race detector still wants the
+            # edge, as a GPU would: the host has not observed that work complete.
+            if o.id != stream.id and (self.sim.race_check or self.sim.pending(o.id)):
+                ev = self.new_event()
+                self.record(ev, o)
+                self.wait_event(stream, ev)
 
     def new_event(self) -> EventRef:
         self._next_event += 1
@@ -209,10 +400,11 @@ class NumpyBackend:
         self.sim.synchronize(event.raw)
 
     def synchronize_all(self) -> None:
-        self.sim.drain()
+        self.sim.synchronize_all()
 
-    def launch(self, stream: StreamRef, fn: Callable[[], None], label: str = "kernel") -> None:
-        self.sim.enqueue(stream.id, fn, label)
+    def launch(self, stream: StreamRef, fn: Callable[[], None], label: str = "kernel",
+               reads: Sequence[Access] = (), writes: Sequence[Access] = ()) -> None:
+        self.sim.enqueue(stream.id, fn, label, reads, writes)
 
     def copy_slot(
         self, stream: StreamRef, dst_pool: Any, dst_slot: int, src_pool: Any, src_slot: int
@@ -220,12 +412,31 @@ class NumpyBackend:
         def run() -> None:
             dst_pool[dst_slot] = src_pool[src_slot]
 
-        self.sim.enqueue(stream.id, run, f"copy ->{dst_slot} <-{src_slot}")
+        self.sim.enqueue(stream.id, run, f"copy ->{dst_slot} <-{src_slot}",
+                         reads=((src_pool, (src_slot,)),), writes=((dst_pool, (dst_slot,)),))
+
+    def copy_slots(self, stream: StreamRef, dst_pool: Any, dst_slots: Sequence[int],
+                   src_pool: Any, src_slots: Sequence[int]) -> None:
+        dst, src = _slots(dst_slots), _slots(src_slots)
+        if dst.shape != src.shape:
+            raise ValueError(f"copy_slots: {dst.size} destination and {src.size} source slots")
+        if dst_pool is src_pool:
+            raise ValueError("copy_slots: source and destination must be different pools")
+        if np.unique(dst).size != dst.size:
+            raise ValueError("copy_slots: destination slots must be distinct")
+        if dst.size == 0:
+            return
+
+        def run() -> None:
+            dst_pool[dst] = src_pool[src]
+
+        self.sim.enqueue(stream.id, run, f"copy {dst.size} slots",
+                         reads=((src_pool, src.tolist()),), writes=((dst_pool, dst.tolist()),))
 
     def to_numpy(self, arr: Any) -> np.ndarray[Any, Any]:
         return np.array(arr, copy=True)
 
-    def device_table(self, host: np.ndarray[Any, Any]) -> Any:
+    def device_table(self, host: np.ndarray[Any, Any], stream: StreamRef | None = None) -> Any:
         return host
 
     def close(self) -> None:

@@ -4,14 +4,40 @@ The manager never touches CUDA or the simulator directly; it speaks this
 protocol. `StreamRef`/`EventRef` are thin handles around the backend's raw
 objects so the manager can ask "was this event recorded on that stream?"
 (a same-stream dependency needs no wait: streams execute in order).
+
+Ordering contract (which stream every access to a pool is ordered on):
+
+* `create_pool` returns a pool whose initial contents (zeros) are complete: no
+  stream has to wait for its initialisation.
+* Every stream `new_stream` makes is **non-blocking**: it is ordered with other
+  streams only through `record`/`wait_event`, never implicitly, and in particular
+  not with the legacy default stream.
+* A migration's copy (`copy_slot`/`copy_slots`) is ordered on the stream passed in
+  (the manager's copy stream); a sequence's kernels that read or write its slots
+  are ordered on that sequence's stream (`launch`). The manager issues no other
+  pool access.
+* Anything else is *external*: a pool written outside `launch`, e.g. `pool[i] = x`
+  in a test, or a framework kernel. It runs on the caller's current stream
+  (`current_stream()`: on CuPy the legacy default stream unless code made another one
+  current), which no backend stream is ordered with. Before any backend stream may
+  touch data written that way, call `join_current()`; before the host reads pool
+  data, call `synchronize_all()` (or `to_numpy`, which does).
+* `device_table` returns a device copy whose upload is complete (or, given a stream,
+  ordered on that stream).
+
+On the simulator, `NumpyBackend(race_check=True)` reports a violation of this
+contract (an access not ordered after a conflicting one) as `SimulatorError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+Access = tuple[Any, Sequence[int] | None]
+"""A declared access footprint: (pool, slot indices), or (pool, None) for all slots."""
 
 
 class StreamRef:
@@ -58,7 +84,24 @@ class Backend(Protocol):
         """
         ...
 
-    def new_stream(self, name: str) -> StreamRef: ...
+    def new_stream(self, name: str) -> StreamRef:
+        """A new **non-blocking** stream (see the ordering contract above)."""
+        ...
+
+    def current_stream(self) -> StreamRef:
+        """The stream external array work runs on (CuPy's current stream; the
+        simulator's legacy default stream). Not ordered with any backend stream."""
+        ...
+
+    def join_current(self, streams: Sequence[StreamRef] | None = None) -> None:
+        """Order `streams` (default: every stream this backend made) after all work
+        issued so far on `current_stream()`: one event recorded there, one wait each."""
+        ...
+
+    def wait_streams(self, stream: StreamRef, others: Sequence[StreamRef]) -> None:
+        """Order work enqueued on `stream` after this call after all work enqueued so far
+        on each of `others` (an event per other stream; the simulator skips idle ones)."""
+        ...
 
     def new_event(self) -> EventRef: ...
 
@@ -77,8 +120,11 @@ class Backend(Protocol):
 
     def synchronize_all(self) -> None: ...
 
-    def launch(self, stream: StreamRef, fn: Callable[[], None]) -> None:
-        """Run `fn` (array work on pools) ordered on `stream`."""
+    def launch(self, stream: StreamRef, fn: Callable[[], None], label: str = "kernel",
+               reads: Sequence[Access] = (), writes: Sequence[Access] = ()) -> None:
+        """Run `fn` (array work on pools) ordered on `stream`: every array operation
+        `fn` issues goes to `stream`. `reads`/`writes` declare the pool slots it touches
+        (used by the simulator's race detector; ignored on a GPU)."""
         ...
 
     def copy_slot(
@@ -87,12 +133,26 @@ class Backend(Protocol):
         """Asynchronously copy one slot between pools (any levels) on `stream`."""
         ...
 
+    def copy_slots(self, stream: StreamRef, dst_pool: Any, dst_slots: Sequence[int],
+                   src_pool: Any, src_slots: Sequence[int]) -> None:
+        """Asynchronously copy `src_pool[src_slots[i]]` to `dst_pool[dst_slots[i]]` for
+        every i, on `stream`, as few transfers as the layout allows (one per contiguous
+        run, or a gather/scatter through a staging buffer). Preconditions: the pools
+        differ and the destination slots are distinct, so the copies are independent
+        and the result equals `copy_slot` called for each pair in order."""
+        ...
+
     def to_numpy(self, arr: Any) -> np.ndarray[Any, Any]:
         """A host copy of `arr` (blocking, after the work that wrote it has run)."""
         ...
 
-    def device_table(self, host: np.ndarray[Any, Any]) -> Any:
-        """A device-resident copy of a host int32 index table (the same array on NumPy)."""
+    def device_table(self, host: np.ndarray[Any, Any], stream: StreamRef | None = None) -> Any:
+        """A device-resident copy of a host int32 index table (the same array on NumPy).
+
+        With `stream`: uploaded and allocated on that stream, ordered before the work
+        enqueued there next, with no host wait (what a consumer on one stream wants).
+        Without: uploaded on a private stream and complete when this returns; the caller
+        must keep the result referenced until every kernel reading it has completed."""
         ...
 
     def close(self) -> None: ...

@@ -126,6 +126,89 @@ def test_gpu_suite_without_gpu(capsys: pytest.CaptureFixture[str],
 def test_simulator_gpu_paths() -> None:
     """The GPU-suite measurements, run on the simulator (tiny) so their code is exercised."""
     mg = device.migration_bandwidth("numpy", slot_bytes=4096, pages=8, reps=2)
-    assert mg["migrations"] == 2 * 2 * 8 and mg["gpu_to_host_ratio_vs_bulk"] > 0
-    orc = device.oracle_throughput("numpy", batch=2, steps=40, window=8, tpb=4)
+    assert mg["migrations"] == 2 * 3 * 8  # a warm-up round plus 2, each way
+    # batched: per round one copy batch each way plus the sequence's fence, not 8 events
+    assert mg["copy_events"] <= 3 * 3 and mg["gpu_to_host_ratio_vs_bulk"] > 0
+    assert mg["gpu_to_host_api_ms"] > 0 and mg["host_to_gpu_ratio_vs_bulk"] > 0
+
+
+@pytest.mark.parametrize("pattern", ["contiguous", "scattered"])
+def test_simulator_copy_slots_bench(pattern: str) -> None:
+    r = device.copy_slots_bandwidth("numpy", slot_bytes=1024, pages=16, reps=2,
+                                    pattern=pattern)
+    assert r["bytes"] == 16 * 1024 and r["gpu_to_host_GBps"] > 0 and r["host_to_gpu_GBps"] > 0
+    with pytest.raises(ValueError, match="pattern"):
+        device.copy_slots_bandwidth("numpy", pattern="diagonal")
+
+
+@pytest.mark.parametrize(("mode", "positions"), [("sweep", 2 * 2 * 8), ("reads", 24 * 2 * 8)])
+def test_simulator_oracle_throughput(mode: str, positions: int) -> None:
+    orc = device.oracle_throughput("numpy", batch=2, steps=40, window=8, tpb=4,
+                                   check_every=16, mode=mode)
     assert orc["mismatches"] == 0 and orc["decode_steps_per_second"] > 0
+    assert orc["checks"] == 3 and orc["verified_positions"] == positions  # first: warm-up
+    assert orc["verified_positions_per_second"] > 0
+    pre = device.oracle_throughput("numpy", batch=2, steps=4, window=8, tpb=4, prefill=8,
+                                   check_every=2, slot_elems=2)
+    assert pre["mismatches"] == 0 and pre["checks"] == 2  # at steps 2 and 4
+    assert pre["verified_positions"] == 2 * 8  # one timed sweep of two full windows
+
+
+def test_gpu_suite_steps_on_the_simulator(tmp_path: Path) -> None:
+    """scripts/gpu_suite.sh steps 3 and 4, dry-run on the simulator with fake test runs."""
+    extras = device.suite_extras(str(tmp_path), backend="numpy", small=True)
+    assert set(extras) == {"migration_auto", "migration_runs", "migration_staged",
+                           "oracle_sweep", "copy_slots_contiguous_auto",
+                           "copy_slots_contiguous_staged", "copy_slots_scattered_auto",
+                           "copy_slots_scattered_staged", "oracle_reads"}
+    assert extras["oracle_reads"]["mismatches"] == 0 == extras["oracle_sweep"]["mismatches"]
+    # no bench JSON yet (the decode A/B ran out of time): the extras' own figures count
+    s = device.suite_summary(str(tmp_path), runs=0, passed=0)
+    assert s["oracle_verified_positions_per_second"] == extras["oracle_sweep"][
+        "verified_positions_per_second"] > 0
+    assert s["migration"]["gpu_to_host_api_ms"] == extras["migration_auto"]["gpu_to_host_api_ms"]
+    case = '<testcase classname="tests.impl.test_cupy_backend" name="{}">{}</testcase>'
+    for i in range(1, 11):
+        body = "<failure/>" if i == 3 else ""
+        (tmp_path / f"gpu-tests-{i}.xml").write_text(
+            "<testsuites><testsuite>"
+            + case.format("test_copy_slot_all_level_pairs_and_events", body)
+            + case.format("test_levels_live_on_device_pinned_host_and_disk", "")
+            + "</testsuite></testsuites>")
+    (tmp_path / "bench-gpu.json").write_text(json.dumps({"gpu": {
+        "migration": {"gpu_to_host_ratio_vs_bulk": 0.93, "host_to_gpu_ratio_vs_bulk": 0.85},
+        "oracle": {"verified_positions_per_second": 2.5e8}}}))
+    s = device.suite_summary(str(tmp_path), runs=10, passed=9)
+    assert s["copy_chain_passes"] == 9 and s["test_runs_passed"] == 9
+    assert s["per_test_passes"][
+        "tests.impl.test_cupy_backend::test_levels_live_on_device_pinned_host_and_disk"] == 10
+    assert list(s["targets"].values()) == [False, True, False, True]
+    assert json.loads((tmp_path / "gpu-summary.json").read_text())["extras"] == extras
+    assert device.main(["summary", str(tmp_path), "10", "9"]) == 1
+
+
+def test_oracle_ab_against_itself() -> None:
+    oracle_py = Path(device.__file__).resolve().parents[2] / "impl" / "oracle.py"
+    r = device.oracle_ab(str(oracle_py), batch=2, window=8, steps=20, reps=1)
+    assert r["positions"] == 2 * sum(min(h + 1, 8) for h in range(20))
+    assert set(r["positions_per_cpu_second"]) == {"old reads", "new reads", "new sweep"}
+    assert r["sweep_speedup"] > 0 and r["reads_speedup"] > 0
+    with pytest.raises((ValueError, FileNotFoundError)):
+        device.oracle_ab(str(oracle_py.with_name("no_such_oracle.py")), reps=1)
+
+
+def test_gpu_suite_script_refuses_without_a_gpu(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from kvpocket.impl.backend import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is usable here: the script would run the whole suite")
+    root = Path(device.__file__).resolve().parents[2]
+    script = root / "scripts" / "gpu_suite.sh"
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    done = subprocess.run(["bash", str(script)], env={**os.environ, "OUT": str(tmp_path)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 3 and "gpu_available = False" in done.stdout
+    assert not list(tmp_path.glob("gpu-tests-*"))  # nothing ran

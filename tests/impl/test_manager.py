@@ -15,6 +15,7 @@ from kvpocket.impl import (
     HistoryDecreaseError,
     KVCacheManager,
     LeakError,
+    OutOfPagesError,
     SequenceClosedError,
     SequenceStateError,
     UnknownLevelError,
@@ -42,8 +43,8 @@ def test_create_starts_suspended_and_resize_allocates(make_mgr: Any) -> None:
     assert kv.resize(4, 0)
     assert kv.num_blocks == 2
     assert [c[0] for c in mgr.last_choices()] == ["alloc"] * 4
-    assert list(kv.index[0][:2]) != [BAD_PAGE_INDEX] * 2
-    assert kv.index[0][2] == BAD_PAGE_INDEX
+    assert BAD_PAGE_INDEX not in kv.block_table(0) and len(kv.block_table(0)) == 2
+    assert kv.page_table(0)[2] == BAD_PAGE_INDEX  # the kernels' row: max_blocks long
     assert_clean(mgr)
     json.dumps(mgr.snapshot())
 
@@ -54,15 +55,17 @@ def test_stale_blocks_unlock_and_new_stale_blocks_get_no_page(make_mgr: Any) -> 
     kv.stop_committing()
     assert kv.resize(6, 4)  # block 0 stale for the swa life cycle (h >= 2*0+4)
     assert kv.stale_range(0) == (0, 1)
-    assert kv.index[0][0] == BAD_PAGE_INDEX and kv.pages[0][0] is None
-    assert kv.index[1][0] != BAD_PAGE_INDEX  # full attention keeps everything
+    assert kv.block_table(0)[0] == BAD_PAGE_INDEX and kv.block_entries(0)[0].page_id is None
+    assert kv.block_entries(0)[0].stale and not kv.block_entries(1)[0].stale
+    assert kv.block_table(1)[0] != BAD_PAGE_INDEX  # full attention keeps everything
     snap = mgr.snapshot()
     assert len([p for p in snap["pages"] if p["lc"] == 0]) == 2
     assert_clean(mgr)
     kv2 = active(mgr, 1)
     assert kv2.resize(12, 11)  # blocks 0..3 born stale: only block 4 and 5 get swa pages
-    assert [x for x in kv2.index[0][:6]] == [BAD_PAGE_INDEX] * 4 + list(kv2.index[0][4:6])
-    assert all(x != BAD_PAGE_INDEX for x in kv2.index[0][4:6])
+    row = kv2.block_table(0)
+    assert len(row) == 6 and row[:4] == (BAD_PAGE_INDEX,) * 4
+    assert all(x != BAD_PAGE_INDEX for x in row[4:6])
     assert_clean(mgr)
 
 
@@ -71,12 +74,14 @@ def test_kept_holder_while_commit_allowed(make_mgr: Any) -> None:
     kv = active(mgr, 0)
     assert kv.resize(4, 0)
     assert kv.resize(6, 4)
-    page = kv.pages[0][0]
-    assert page is not None and not kv.locked[0][0] and page.status.name == "HELD"
-    assert kv.index[0][0] == BAD_PAGE_INDEX
+    entry = kv.block_entries(0)[0]
+    assert entry.page_id is not None and not entry.locked and entry.stale
+    page = mgr.page(entry.page_id)
+    assert page is not None and page.status == "HELD" and not page.committed
+    assert kv.block_table(0)[0] == BAD_PAGE_INDEX
     assert_clean(mgr)
     kv.stop_committing()  # the held uncommitted stale page dies
-    assert kv.pages[0][0] is None and not page.alive
+    assert kv.block_entries(0)[0].page_id is None and mgr.page(entry.page_id) is None
     assert_clean(mgr)
 
 
@@ -122,7 +127,10 @@ def test_out_of_pages_rolls_back_exactly(make_mgr: Any) -> None:
     assert kv.resize(4, 0)  # 2 blocks x 2 lcs = 4 slots: GPU full
     before = mgr.snapshot()
     counters = mgr.counters_of()
-    assert not kv.resize(6, 1)
+    result = kv.resize(6, 1)
+    assert not result and result.error == "OutOfPagesError" and "free" in result.reason
+    with pytest.raises(OutOfPagesError, match=result.reason):
+        result.raise_for_failure()
     assert mgr.last_choices()[-1] == ("fail", "OutOfPagesError")
     assert mgr.snapshot() == before
     assert mgr.counters_of() == counters
@@ -142,7 +150,9 @@ def test_injected_failures_roll_back_then_retry_succeeds(make_mgr: Any, inject: 
         mgr.inject_allocation_failure()
     else:
         mgr.inject_copy_failure()
-    assert not kv.resize(6, 4)
+    failed = kv.resize(6, 4)
+    assert not failed and failed.error == ("InjectedAllocationError" if inject == "alloc"
+                                           else "CopyFailedError")
     assert mgr.snapshot() == before
     assert kv.resize(6, 4)
     assert any(c[0] == "migrate" for c in mgr.last_choices())
@@ -162,7 +172,8 @@ def test_pressure_cascades_and_fails_cleanly(make_mgr: Any) -> None:
     assert not mgr.pressure(0, 0, 4)  # host full of HELD pages: cannot take two more
     assert mgr.snapshot() == before
     assert kv.resume()
-    assert all(p is not None and p.level == 0 for p in kv.pages[0])
+    entries = kv.block_entries(0)
+    assert len(entries) == 4 and all(e.level == 0 and e.locked for e in entries)
     assert_clean(mgr)
 
 
@@ -171,7 +182,7 @@ def test_victim_policy_is_replaceable(make_mgr: Any) -> None:
     kv = active(mgr, 0)
     assert kv.resize(8, 0)
     kv.suspend()
-    order = mgr.storage.queues[0][0].ordered()
+    order = mgr.eviction_order(0, 0)
 
     class Last:
         def choose(self, level: int, pool_group: int, queue: EvictionQueue) -> int | None:
@@ -192,15 +203,15 @@ def test_commit_and_prefix_reuse_with_data(make_mgr: Any) -> None:
     oracle.prefill(a, prompt)
     a.commit(prompt)
     assert a.num_committed_blocks == 3 and a.history == 7
-    assert len(mgr.storage.tree.nodes) == 3
+    assert mgr.prefix_blocks() == 3
     assert_clean(mgr)
     a.close()
     snap = mgr.snapshot()
     assert all(p["status"] == "DROPPABLE" and p["committed"] for p in snap["pages"])
     b = mgr.create(1, prompt)  # 3 full blocks match
-    assert (b.capacity, b.history, b.committed) == (6, 6, prompt[:6])
-    assert b.pages[0][0] is None  # stale for swa at h=6: no entry
-    assert all(b.pages[1][i] is not None for i in range(3))
+    assert (b.capacity, b.history, b.committed_tokens) == (6, 6, tuple(prompt[:6]))
+    assert b.block_entries(0)[0].page_id is None  # stale for swa at h=6: no entry
+    assert all(e.page_id is not None for e in b.block_entries(1))
     assert b.resume()
     oracle.prefill(b, prompt[:6], reused=6)
     oracle.verify(b)
@@ -232,10 +243,12 @@ def test_suspend_resume_round_trip_preserves_data(make_mgr: Any) -> None:
     a.suspend()
     assert mgr.pressure(0, 0, 8)  # everything of a goes to host
     assert mgr.pressure(1, 0, 8)  # ... and on to disk
-    assert {p.level for row in a.pages for p in row if p is not None} == {2}
+    levels = {e.level for lc in range(2) for e in a.block_entries(lc) if e.page_id is not None}
+    assert levels == {2}
     assert_clean(mgr)
     assert a.resume()
-    assert {p.level for row in a.pages for p in row if p is not None} == {0}
+    levels = {e.level for lc in range(2) for e in a.block_entries(lc) if e.page_id is not None}
+    assert levels == {0}
     oracle.verify(a)
     assert oracle.check() == [] and oracle.missing == []
     for _ in range(3):
@@ -252,7 +265,8 @@ def test_resume_failure_is_all_or_nothing(make_mgr: Any) -> None:
     b = active(mgr, 1)
     assert b.resize(4, 0)  # a's pages migrated to host to make room
     before = mgr.snapshot()
-    assert not a.resume()  # GPU holds b's locked pages: nothing can move
+    result = a.resume()  # GPU holds b's locked pages: nothing can move
+    assert not result and result.error == "OutOfPagesError"
     assert mgr.snapshot() == before
 
 
@@ -267,7 +281,8 @@ def test_close_and_leak_report(make_mgr: Any) -> None:
     b = active(mgr, 1)
     assert b.resize(2, 0)
     report = mgr.shutdown()
-    assert report.open_sequences == [1] and len(report.pages) == 1
+    assert report.open_sequences == (1,) and len(report.pages) == 1
+    assert not report.corrupted and report.leaks.pages[0].owner == 1
     mgr2 = make_mgr(swa_config())
     k = active(mgr2, 0)
     assert k.resize(2, 0)

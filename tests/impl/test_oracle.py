@@ -11,7 +11,9 @@ from impl_helpers import assert_clean, swa_config
 from kvpocket.impl import KVCacheManager
 from kvpocket.impl.backend import NumpyBackend
 from kvpocket.impl.backend.protocol import EventRef, StreamRef
+from kvpocket.impl.exceptions import SimulatorError
 from kvpocket.impl.oracle import DecodeOracle
+from kvpocket.model.config import BAD_PAGE_INDEX, KVConfig, LifeCycle
 
 
 class NoWaitBackend(NumpyBackend):
@@ -101,7 +103,7 @@ def test_long_decode_with_two_sequences_and_host_level(make_mgr: Any, steps: int
             assert mgr.pressure(0, 0, 2)
         if step == 12:
             seqs[0].suspend()
-            assert mgr.pressure(0, 0, 4)
+            assert mgr.pressure(0, 0, 6)  # past the parked pages: held ones migrate
             assert seqs[0].resume()
             oracle.verify(seqs[0])
         assert_clean(mgr)
@@ -109,3 +111,88 @@ def test_long_decode_with_two_sequences_and_host_level(make_mgr: Any, steps: int
     refusals = mgr.counters_of().pocket_refusals
     migrations = mgr.counters_of().migrations
     assert migrations > 0 and refusals >= 0
+
+
+def test_missing_wait_is_a_race_for_the_race_detector() -> None:
+    """With the race detector on, the mutant fails at the racy read itself (whatever
+    the interleaving), not only when the harness happens to pick the bad order."""
+    with pytest.raises(SimulatorError, match=r"read by 'oracle read' on stream 'seq0'"):
+        _resume_race(NoWaitBackend(eager=False, race_check=True))
+    assert _resume_race(NumpyBackend(eager=False, race_check=True)) == []
+
+
+def _decode(mgr: KVCacheManager, steps: int, nseq: int = 2) -> tuple[DecodeOracle, list[Any]]:
+    oracle = DecodeOracle(mgr)
+    kvs = []
+    for sid in range(nseq):
+        kv = mgr.create(sid)
+        assert kv.resume()
+        kv.stop_committing()
+        kvs.append(kv)
+    for _ in range(steps):
+        for kv in kvs:
+            assert oracle.decode_step(kv, verify=False)
+    return oracle, kvs
+
+
+@pytest.mark.parametrize("slot_elems", [8, 12, 32, 128])
+def test_32_tokens_per_block_with_any_slot_size(slot_elems: int) -> None:
+    """The default slot_elems (8) with 32 tokens per block used to be refused: positions
+    now share elements (ppe of them each, carrying the group's first stamp)."""
+    cfg = KVConfig(tokens_per_block=32, life_cycles=(LifeCycle("swa", window=40),),
+                   slots_per_level=(8, 4), num_sequences=2, max_blocks=8)
+    mgr = KVCacheManager(cfg, slot_elems=slot_elems)
+    oracle, kvs = _decode(mgr, 70)
+    assert (oracle.ppe, oracle.ept) == ((-(-32 // slot_elems), 1) if slot_elems < 32
+                                        else (1, slot_elems // 32))
+    assert int(oracle.cols.max()) < slot_elems  # every position has an element of its own
+    assert oracle.sweep() == [] and oracle.missing == []
+    assert oracle.verified_positions == 2 * 40
+    mgr.synchronize()
+    slot = int(kvs[1].index[0][60 // 32])  # token 60 of sequence 1: block 1
+    col = int(oracle.cols[60 % 32][0])
+    mgr.pool(0)[slot, col] ^= 1
+    bad = oracle.sweep()
+    group = [p for p in range(32, 70) if int(oracle.cols[p % 32][0]) == col]
+    assert {m.token for m in bad} == set(group) and 60 in group
+    assert all((m.seq, m.lc, m.block, m.slot) == (1, 0, 1, slot) for m in bad)
+    assert all(m.found == m.expected ^ 1 for m in bad)
+
+
+def test_sweep_and_stream_reads_agree_and_copy_back_only_mismatches(make_mgr: Any) -> None:
+    mgr = make_mgr(swa_config(window=7, slots=(32, 8), sink=2, full=True))
+    oracle, kvs = _decode(mgr, 12)
+    assert oracle.sweep() == []
+    # sink 2 + window 7 per SWA life cycle, 12 positions of full attention, two sequences
+    assert oracle.verified_positions == 2 * (2 + 7 + 12)
+    mgr.synchronize()
+    slot = int(kvs[0].index[1][3])  # full attention, block 3: tokens 6 and 7
+    mgr.pool(0)[slot] += 5
+    swept = oracle.sweep()
+    for kv in kvs:
+        oracle.verify(kv)
+    read = oracle.check()
+    key = [(m.seq, m.lc, m.token, m.slot, m.expected, m.found) for m in swept]
+    assert key == [(m.seq, m.lc, m.token, m.slot, m.expected, m.found) for m in read]
+    assert [(m.seq, m.lc, m.token) for m in swept] == [(0, 1, 6), (0, 1, 7)]
+    assert oracle.mismatches == swept + read
+
+
+def test_sweep_reports_positions_without_a_page() -> None:
+    cfg = swa_config(window=5, slots=(8, 8))
+    mgr = KVCacheManager(cfg)
+    oracle, kvs = _decode(mgr, 6, nseq=1)
+    kvs[0].index[0][2] = BAD_PAGE_INDEX  # a broken page table (the stale-index class)
+    assert oracle.sweep() == []
+    assert oracle.missing == [f"seq 0 lc 0 token {q}: block 2 has no page (stale range 0..0)"
+                              for q in (4, 5)]
+
+
+def test_sweep_orders_after_each_sequence_stream() -> None:
+    """On a lazy simulator a write still queued on a sequence's stream is waited for."""
+    be = NumpyBackend(eager=False)
+    mgr = KVCacheManager(swa_config(window=5, slots=(8, 8)), backend=be)
+    oracle, kvs = _decode(mgr, 4, nseq=1)
+    assert be.sim.pending(kvs[0].stream.id) > 0  # the stamp writes have not run
+    assert oracle.sweep() == [] and oracle.missing == []
+    assert oracle.verified_positions == 4

@@ -114,7 +114,7 @@ def test_bad_fuzz_options_exit_2(argv: list[str], tmp_path: Path,
     code = main(["fuzz", "--no-progress", "--out", str(tmp_path), *argv])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("kvpocket: error:") and "Traceback" not in err
+    assert err.startswith("kvpocket fuzz: error:") and "Traceback" not in err
     assert argv[0] in err, "the message names the option"
     assert not list(tmp_path.glob("failure-*"))
 

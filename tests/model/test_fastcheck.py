@@ -3,59 +3,18 @@ on reachable states and on states with a field perturbed at random."""
 
 from __future__ import annotations
 
-import contextlib
 import random
-from dataclasses import replace
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from model_helpers import perturb, reachable
 
-from kvpocket.model import Model
-from kvpocket.model.errors import UsageError
 from kvpocket.model.fastcheck import FAST
 from kvpocket.model.invariants import INVARIANTS_BY_NAME
 from kvpocket.model.logic import CONCRETE
-from kvpocket.model.state import STATE_FIELDS, State
+from kvpocket.model.state import State
 from kvpocket.verify.presets import PRESETS
-
-CONCRETE_ONLY = {"tokens", "block_keys"}
-
-
-def reachable(preset: str, seed: int, steps: int) -> Model:
-    m = Model(PRESETS[preset].config)
-    rng = random.Random(seed)
-    cfg = m.cfg
-    for _ in range(steps):
-        seq = rng.randrange(cfg.num_sequences)
-        s = m.state
-        name, args = rng.choice([
-            ("create", (seq, tuple(rng.randrange(2) for _ in range(rng.randrange(5))))),
-            ("resume", (seq,)), ("stop_committing", (seq,)), ("suspend", (seq,)),
-            ("close", (seq,)), ("commit", (seq, (rng.randrange(2),) * rng.randrange(1, 3))),
-            ("resize", (seq, min(s.capacity[seq] + rng.randrange(4), cfg.max_capacity),
-                        min(s.history[seq] + rng.randrange(3), s.capacity[seq]))),
-            ("pressure", (rng.randrange(cfg.num_levels), 0, rng.randrange(1, 3))),
-        ])
-        with contextlib.suppress(UsageError):
-            getattr(m, name)(*args)
-    return m
-
-
-def perturb(s: State, rng: random.Random) -> State:
-    name = rng.choice([f for f in STATE_FIELDS if f not in CONCRETE_ONLY])
-    value = getattr(s, name)
-    changed: object
-    if isinstance(value, tuple):
-        i = rng.randrange(len(value))
-        old = value[i]
-        new = (not old) if isinstance(old, bool) else old + rng.choice([-2, -1, 1, 2])
-        changed = (*value[:i], new, *value[i + 1:])
-    else:
-        changed = (not value) if isinstance(value, bool) else value + 1
-    fields: dict[str, Any] = {name: changed}
-    return replace(s, **fields)
 
 
 @settings(max_examples=int(__import__("os").environ.get("KVPOCKET_FASTCHECK_EXAMPLES", "60")), deadline=None)

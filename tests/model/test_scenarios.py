@@ -69,7 +69,7 @@ def test_phase_offset_parked_page_waits() -> None:
 
 @pytest.mark.parametrize("policy", list(PocketPolicy))
 def test_migration_during_park(policy: PocketPolicy) -> None:
-    m = Model(decode_config(policy=policy))
+    m = Model(decode_config(policy=policy, evict_parked="migrate"))  # (drop: test_evict_parked)
     start_decoding(m)
     for h in range(1, 5):
         assert m.resize(0, h + 1, h)

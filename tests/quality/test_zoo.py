@@ -69,7 +69,7 @@ def test_cli_zoo_list_and_usage(capsys: pytest.CaptureFixture[str],
     assert "[h+1-w, h]" in capsys.readouterr().out, "rich markup in descriptions is escaped"
     some = next(iter(ZOO))
     assert run_mutants(some, 60.0, None, list_only=True, zoo=False) == 2
-    assert "--zoo" in capsys.readouterr().out
+    assert "--zoo" in capsys.readouterr().err
     assert run_mutants("pop-no-revalidate", 60.0, None, list_only=True, zoo=True) == 2
 
 

@@ -14,7 +14,13 @@ from kvpocket.impl.manager import KVCacheManager
 from kvpocket.verify.cli.commands import main
 from kvpocket.verify.presets import preset
 from kvpocket.verify.traces.record import record
-from kvpocket.verify.traces.trace import TraceError, parse_events, read_events
+from kvpocket.verify.traces.trace import (
+    END_KEY,
+    TraceError,
+    parse_events,
+    read_events,
+    with_end_marker,
+)
 from kvpocket.verify.traces.tracecheck import EventChecker, TraceVerdict, check_events
 
 VALID = [("tiny", "revalidate"), ("tiny", "pin"), ("offset", "revalidate"), ("offset", "pin"),
@@ -29,11 +35,16 @@ def _record(tmp_path: Path, name: str, policy: str, seed: int = 0, steps: int = 
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text().splitlines()]
+    """The header and event rows (the end marker left out)."""
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert END_KEY in rows[-1], "a recorded log ends with its end marker"
+    return rows[:-1]
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    """Rows as a log file, ended by a correct end marker (a doctored log that is still
+    well-formed: what the checker must catch is in the events)."""
+    path.write_text("\n".join(with_end_marker(json.dumps(r) for r in rows)) + "\n")
     return path
 
 
@@ -83,18 +94,22 @@ def test_every_usage_error_has_a_model_category() -> None:
     for cls in usage:
         assert cls.category in model_categories, cls
         assert error_category(cls("x")) == cls.category
-    for cls in (e.OutOfPagesError, e.CopyFailedError, e.DoubleReleaseError, e.SimulatorError):
-        assert cls.category is None, cls
+    for other in (e.OutOfPagesError, e.CopyFailedError, e.DoubleReleaseError, e.SimulatorError):
+        assert other.category is None, other
 
 
 def test_manager_writes_to_a_text_stream(tmp_path: Path) -> None:
     with (tmp_path / "log.ndjson").open("w") as out:
         mgr = KVCacheManager(preset("tiny"), event_log=out)
         kv = mgr.create(7, [])
-        assert kv.resume() is True
+        resumed = kv.resume()
+        assert getattr(resumed, "ok", resumed) is True  # a bool, or a typed result
         kv.resize(4, 3)
         with pytest.raises(Exception):  # noqa: B017 (history may not decrease)
             kv.resize(4, 1)
+        with pytest.raises(TraceError, match=r"log.ndjson:5: the event log is truncated"):
+            read_events(tmp_path / "log.ndjson")  # not ended yet: no end marker
+        mgr.shutdown()  # writes the end marker
     rows = _rows(tmp_path / "log.ndjson")
     assert rows[0]["kind"] == "events"
     assert [r["action"] for r in rows[1:]] == ["create", "resume", "resize", "resize"]
@@ -153,8 +168,12 @@ def _first_unsafe_pop(rows: list[dict[str, Any]]) -> int:
 
 
 def _unsafe_log(tmp_path: Path) -> Path:
+    """A recorded log in which a parked page migrated to host and was then popped (the
+    hazard needs parked victims to migrate, not be dropped)."""
+    cfg = preset("tiny").with_pocket(True, "unsafe", evict_parked="migrate")
     for seed in range(20):
-        path = _record(tmp_path, "tiny", "unsafe", seed=seed)
+        path = tmp_path / f"unsafe-migrate-{seed}.ndjson"
+        record(cfg, 150, seed, path)
         rows = _rows(path)
         try:
             _first_unsafe_pop(rows)
@@ -279,3 +298,23 @@ def test_cli_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["trace"]) == 2
     assert main(["trace", "record", "--steps", "0", "--out", str(out)]) == 2
     assert main(["trace", "check", str(out), "--config", "nope"]) == 2
+
+
+def test_a_long_recording_keeps_a_bounded_number_of_handles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import random
+
+    from kvpocket.verify.traces import record as rec
+
+    monkeypatch.setattr(rec, "KEPT_SEQUENCES", 4)
+    mgr = KVCacheManager(preset("tiny"), backend="numpy", slot_elems=8,
+                         backend_options={"eager": False}, event_log=io.StringIO())
+    w = rec.Workload(mgr, random.Random(0))
+    created = 0
+    for _ in range(600):
+        before = w.next_id
+        w.step()
+        created += w.next_id - before
+    assert created > 10  # many sequences came and went
+    assert len(w.seqs) <= max(4, len(w._open()))

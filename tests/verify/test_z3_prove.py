@@ -70,7 +70,7 @@ def test_read_trace_names_the_bad_line(tmp_path: Path) -> None:
     cfg = PROVE_CONFIGS["gpu"].config
     path = write_trace(tmp_path / "t.jsonl", Trace(cfg, SCENARIO[:2]))
     path.write_text(path.read_text() + "{not json\n")
-    with pytest.raises(TraceError, match=r"t.jsonl:4: invalid JSON"):
+    with pytest.raises(TraceError, match=r"t.jsonl:5: invalid JSON"):
         read_trace(path)
     path.write_text(json.dumps({"kvpocket_trace": 1, "config": cfg.to_json()}) + "\n"
                     + json.dumps({"action": "resume"}) + "\n")
@@ -80,10 +80,10 @@ def test_read_trace_names_the_bad_line(tmp_path: Path) -> None:
 
 def test_prove_rejects_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_prove("nope", None, 0, None, str(tmp_path)) == 2
-    assert "--config" in capsys.readouterr().out
+    assert "--config" in capsys.readouterr().err
     assert run_prove(None, "yolo", 0, None, str(tmp_path)) == 2
-    out = capsys.readouterr().out
-    assert "--policy" in out and "revalidate" in out
+    err = capsys.readouterr().err
+    assert "--policy" in err and "revalidate" in err
 
 
 def test_prove_unsafe_reports_a_violation(tmp_path: Path) -> None:

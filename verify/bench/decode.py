@@ -1,4 +1,9 @@
-"""Decode A/B: pocket off vs on under one SWA life cycle, per-step counts and resize times."""
+"""Decode A/B: pocket off vs on under one SWA life cycle, per-step counts and resize times.
+
+Under pressure the pocket runs twice, once per `evict_parked` setting: `migrate` copies an
+evicted parked page to host (device-to-host bytes spent on data nobody reads again, since
+the next pop refuses it), `drop` releases its slot without a copy. The rows count
+device-to-host copies per decode step, all of them and those of parked pages."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kvpocket.model.config import KVConfig, LifeCycle, PocketConfig, stale_range
+from kvpocket.model.config import EvictParked, KVConfig, LifeCycle, PocketConfig, stale_range
 from kvpocket.verify.bench.cases import (
     DecodeCase,
 )
@@ -25,7 +30,8 @@ def pressure_slots(batch: int) -> int:
     return max(1, batch // 64)
 
 
-def decode_config(batch: int, window: int, tpb: int, pocket: bool, total_tokens: int) -> KVConfig:
+def decode_config(batch: int, window: int, tpb: int, pocket: bool, total_tokens: int,
+                  evict_parked: EvictParked | str = EvictParked.DROP) -> KVConfig:
     """GPU + host; GPU sized for every sequence's window plus slack, host for the
     tenant's evictions. The same pools with the pocket off and on."""
     per_seq = _ceil(window, tpb) + 4  # in-window blocks + straddle + pocket
@@ -34,8 +40,28 @@ def decode_config(batch: int, window: int, tpb: int, pocket: bool, total_tokens:
         life_cycles=(LifeCycle("swa", window=window, priority=20),),
         slots_per_level=(batch * per_seq + 16, batch * 2 + 16),
         num_sequences=batch, max_blocks=_ceil(total_tokens, tpb) + 1,
-        pocket=PocketConfig(enabled=pocket),
+        pocket=PocketConfig(enabled=pocket, evict_parked=EvictParked.parse(evict_parked)),
     )
+
+
+class _Traffic:
+    """Device-to-host copies and parked drops, read off each call's choice record."""
+
+    def __init__(self, mgr: Any) -> None:
+        self.mgr = mgr
+        self.d2h = 0  # migrations GPU -> host
+        self.d2h_parked = 0  # ... of pages parked in a pocket (data nobody reads again)
+        self.parked_drops = 0
+
+    def add(self) -> None:
+        pages = self.mgr.storage.pages
+        for c in self.mgr.last_choices():
+            if c[0] == "migrate" and c[2] == 0 and c[3] == 1:
+                self.d2h += 1
+                page = pages.get(c[1])  # no pop follows an eviction within one call
+                self.d2h_parked += page is not None and page.pocket_owner is not None
+            elif c[0] == "drop_parked":
+                self.parked_drops += 1
 
 
 def _stats(ns: list[int]) -> tuple[float, float]:
@@ -53,7 +79,8 @@ def _sum_counters(mgr: Any, seq_ids: Sequence[int]) -> dict[str, int]:
     return out
 
 
-def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy") -> dict[str, Any]:
+def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy",
+                    evict_parked: EvictParked | str = EvictParked.DROP) -> dict[str, Any]:
     """One decode row (see the module docstring)."""
     from kvpocket.impl.manager import KVCacheManager
 
@@ -61,7 +88,7 @@ def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy") -> d
     h0 = w + t  # first measured-ish history: every window block exists
     warm = t + 1  # one retire and one crossing: the pocket is primed
     start = h0 + warm
-    cfg = decode_config(n, w, t, pocket, start + steps + 1)
+    cfg = decode_config(n, w, t, pocket, start + steps + 1, evict_parked)
     t_begin = time.perf_counter()
     mgr = KVCacheManager(cfg, backend=backend)
     seqs = []
@@ -89,6 +116,7 @@ def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy") -> d
     alloc0 = mgr.storage.allocs[0][0]
     pressure_ok = 0
     crossings = 0
+    traffic = _Traffic(mgr)
     clock = time.perf_counter_ns
     gc.collect()
     gc_was = gc.isenabled()
@@ -105,12 +133,14 @@ def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy") -> d
                 app(clock() - t0)
                 if not ok:
                     raise RuntimeError("out of pages during the benchmark")
+                traffic.add()  # (outside the timed call)
             if is_cross:
                 crossings += n
                 for kv, s in zip(seqs, slots, strict=True):
                     s.add(int(kv.index[0, kv.num_blocks - 1]))
             if case.pressure and mgr.pressure(0, 0, alloc0.num_free + k):
                 pressure_ok += 1
+            traffic.add()
     finally:
         if gc_was:
             gc.enable()
@@ -131,8 +161,10 @@ def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy") -> d
     distinct = [len(s) for s in slots]
     pops, refused = d["pocket_pops"], d["pocket_refusals"]
     per_cross = max(1, crossings)
+    slot_bytes = int(mgr.slot_elems * mgr.dtype.itemsize)
     return {
-        "pocket": pocket, "batch": n, "window": w, "tokens_per_block": t,
+        "pocket": pocket, "evict_parked": cfg.pocket.evict_parked.value if pocket else None,
+        "batch": n, "window": w, "tokens_per_block": t,
         "pressure": case.pressure, "steps": steps, "backend": backend,
         "crossings": crossings,
         "allocator_calls_per_step": d["alloc_calls"] / steps,
@@ -146,6 +178,12 @@ def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy") -> d
         "pocket_refusals_per_step": refused / steps,
         "pop_refusal_share": refused / (pops + refused) if pops + refused else 0.0,
         "tenant_migrations_per_step": tenant_migrations / steps,
+        "slot_bytes": slot_bytes,
+        "d2h_copies_per_step": traffic.d2h / steps,
+        "d2h_bytes_per_step": traffic.d2h * slot_bytes / steps,
+        "d2h_parked_copies_per_step": traffic.d2h_parked / steps,
+        "d2h_parked_bytes_per_step": traffic.d2h_parked * slot_bytes / steps,
+        "parked_drops_per_step": traffic.parked_drops / steps,
         "pressure_slots_per_step": k if case.pressure else 0,
         "pressure_calls_satisfied": pressure_ok if case.pressure else 0,
         "resize_us_median": med, "resize_us_p99": p99,
@@ -162,7 +200,9 @@ def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy") -> d
             "tokens_per_block": t, "window": w, "num_sequences": n,
             "slots_per_level": list(cfg.slots_per_level), "max_blocks": cfg.max_blocks,
             "pocket": {"enabled": pocket, "capacity": cfg.pocket.capacity,
-                       "policy": cfg.pocket.policy.value},
+                       "policy": cfg.pocket.policy.value,
+                       "evict_parked": cfg.pocket.evict_parked.value},
+            "slot_bytes": slot_bytes,
             "first_history": h0, "warmup_steps": warm, "measured_from_history": start,
             "steps": steps, "commit": "stopped", "backend": backend,
             "gc": "disabled while measuring", "timer": "time.perf_counter_ns around each call",
@@ -173,10 +213,16 @@ def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy") -> d
 
 
 def run_decode_ab(case: DecodeCase, backend: str) -> list[dict[str, Any]]:
-    """Pocket off, then pocket on, for the same configuration."""
+    """Pocket off, then pocket on, for the same configuration: under pressure with
+    evict_parked=migrate and then drop (the default); without pressure nothing is evicted,
+    so only the default runs."""
     off = run_decode_case(case, False, backend)
-    on = run_decode_case(case, True, backend)
-    for key in ("resize_us_median", "resize_crossing_us_median", "resize_non_crossing_us_median",
-                "resize_us_p99", "resize_crossing_us_p99"):
-        on[key.replace("_us_", "_ratio_on_off_")] = (on[key] / off[key]) if off[key] else None
-    return [off, on]
+    settings = (EvictParked.MIGRATE, EvictParked.DROP) if case.pressure else (EvictParked.DROP,)
+    rows = [off]
+    for evict in settings:
+        on = run_decode_case(case, True, backend, evict)
+        for key in ("resize_us_median", "resize_crossing_us_median",
+                    "resize_non_crossing_us_median", "resize_us_p99", "resize_crossing_us_p99"):
+            on[key.replace("_us_", "_ratio_on_off_")] = (on[key] / off[key]) if off[key] else None
+        rows.append(on)
+    return rows

@@ -21,7 +21,10 @@ def print_result(res: BenchResult) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    # The tables are wide: never narrower than 140 columns, so numbers are not cut to
+    # "0.…" at 80 columns or when piped (a terminal wider than that is used as it is).
     con = Console()
+    con = Console(width=max(140, con.width))
     m = res.machine
     con.print(f"[bold]kvpocket bench[/] suite {res.suite}, backend {res.backend}; python "
               f"{m['python']}, numpy {m['numpy']}, {m['cpu_count']} cpus; {res.seconds:.1f} s")
@@ -88,8 +91,10 @@ def _decode_table(con: Any, table_cls: Any, title: str, rows: list[dict[str, Any
     head = ("batch", "w/t", "press.", "pocket")
 
     def key(r: dict[str, Any]) -> list[str]:
+        pocket = f"on/{r['evict_parked']}" if r["pocket"] and r.get("evict_parked") else (
+            "on" if r["pocket"] else "off")
         return [str(r["batch"]), f"{r['window']}/{r['tokens_per_block']}", _fmt(r["pressure"]),
-                "on" if r["pocket"] else "off"]
+                pocket]
 
     tb = table_cls(title=f"{title}: traffic per decode step (whole batch)")
     for c in (*head, "alloc", "alloc/cross", "releases", "events", "events/cross", "waits",
@@ -102,6 +107,19 @@ def _decode_table(con: Any, table_cls: Any, title: str, rows: list[dict[str, Any
                    _fmt(r["cross_stream_waits_per_step"]), _fmt(r["distinct_slots_per_sequence"], 1),
                    f"{r['pop_refusal_share']:.0%}" if r["pocket"] and r["pressure"] else "-")
     con.print(tb)
+    pressed = [r for r in rows if r["pressure"] and "d2h_copies_per_step" in r]
+    if pressed:
+        tb = table_cls(title=f"{title}: device-to-host copies per decode step under pressure, "
+                       f"{pressed[0]['slot_bytes']} B per slot (on/migrate copies evicted "
+                       "parked pages, on/drop releases them)")
+        for c in (*head, "D2H copies", "of parked", "D2H bytes", "parked drops", "refused"):
+            tb.add_column(c, justify="right")
+        for r in pressed:
+            tb.add_row(*key(r), _fmt(r["d2h_copies_per_step"], 3),
+                       _fmt(r["d2h_parked_copies_per_step"], 3),
+                       _fmt(r["d2h_bytes_per_step"], 1), _fmt(r["parked_drops_per_step"], 3),
+                       f"{r['pop_refusal_share']:.0%}" if r["pocket"] else "-")
+        con.print(tb)
     tb = table_cls(title=f"{title}: resize() per sequence, µs (ratio: pocket on / off)")
     for c in (*head, "median", "p99", "cross med", "cross p99", "non-cross med", "non-cross p99",
               "ratio med", "ratio cross"):

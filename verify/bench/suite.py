@@ -94,12 +94,21 @@ def _validate(args: argparse.Namespace) -> tuple[Suite, str]:
             raise BenchUsageError(f"argument {'--suite' if suite.gpu else '--backend'}: {what} "
                                   "needs CuPy and a usable CUDA GPU; none was found "
                                   "(gpu_available() is False)")
-    for opt in ("json_path", "plots"):
-        v = getattr(args, opt)
-        if v is not None and not str(v).strip():
-            name = "--json" if opt == "json_path" else "--plots"
-            raise BenchUsageError(f"argument {name}: expected a path, got an empty string")
+    _check_outputs(args)
     return suite, backend
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output path is checked before the run (minutes of work are not lost to a bad
+    --json at the end): a writable file, writable folders."""
+    from kvpocket.verify.cli.commands import CliError, check_output, check_output_dir
+
+    try:
+        check_output("--json", args.json_path)
+        check_output_dir("--plots", args.plots)
+        check_output_dir("--out", args.bench_out)
+    except CliError as exc:
+        raise BenchUsageError(str(exc)) from None
 
 
 def _machine() -> dict[str, Any]:
@@ -177,10 +186,10 @@ def run_bench(args: argparse.Namespace) -> int:
         res.plots = write_plots(res.to_json(), args.plots)
     print_result(res)
     if args.json_path:
-        p = Path(args.json_path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(res.to_json(), indent=1) + "\n")
-        print(f"wrote {p}")
+        from kvpocket.verify.traces.trace import write_atomic
+
+        write_atomic(args.json_path, json.dumps(res.to_json(), indent=1) + "\n")
+        print(f"wrote {args.json_path}")
     if res.plots:
         print("plots: " + ", ".join(res.plots))
     bad = [r for r in res.decode + [x for v in res.scaling.values() for x in v]

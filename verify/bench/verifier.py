@@ -87,8 +87,10 @@ def bench_prove(names: Sequence[str], out_dir: str) -> list[dict[str, Any]]:
 
 
 def bench_bmc_unsafe(config_name: str = "gpu-host") -> dict[str, Any]:
-    """API-level BMC from Init under `unsafe`: time to the migration-during-park
-    counterexample at its minimal depth (every shallower depth is refuted first)."""
+    """API-level BMC from Init under `unsafe`: time to the eviction-during-park
+    counterexample at its minimal depth (every shallower depth is refuted first). Its
+    parametric counterpart, a counterexample to induction for every size, is
+    `kvpocket prove --parametric --policy unsafe` (`verify/proofs/parametric.py`)."""
     from kvpocket.model.state import Layout
     from kvpocket.verify.proofs.bmc import bmc
     from kvpocket.verify.proofs.prove import PROVE_CONFIGS, UNSAFE_DEPTH

@@ -2,16 +2,22 @@
 
 Each subcommand is a small adapter: it parses options, builds a config from
 `presets`, and calls the module that does the work. User errors (a bad option
-value, a malformed file) print one line naming the option and the allowed
-values and exit with status 2, never a traceback.
+value, an output path that cannot be written, a missing optional package, a malformed
+file) print one line on stderr, `kvpocket COMMAND: error: ...`, naming the option and
+the allowed values (or the file, line and field), and exit with status 2, never a
+traceback. Every option and output path is checked before any work is done; Ctrl-C
+exits with status 130 (campaigns first report the part that ran).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -20,7 +26,7 @@ from kvpocket.model.errors import UsageError
 from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify.presets import DEFAULT_PRESET, PRESETS, preset
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class CliError(Exception):
@@ -77,36 +83,125 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
 
 MAX_STEPS = 500  # rules per example; more makes Hypothesis refuse the example as too large
 MAX_MINUTES = 7 * 24 * 60.0
+MAX_EXAMPLES = 10_000_000
+MAX_SEED = 2**63 - 1
+MAX_RECORD_STEPS = 10_000_000
+WORKERS_PER_CORE = 4
 DEFAULT_MATRIX_MINUTES = 1.0
 
 
-def _positive_int(name: str, value: int | None, most: int | None = None) -> None:
-    if value is None:
-        return
-    if value < 1 or (most is not None and value > most):
-        allowed = f"an integer in [1, {most}]" if most is not None else "a positive integer"
-        raise CliError(f"argument {name}: expected {allowed}, got {value}")
+def max_workers() -> int:
+    """At most WORKERS_PER_CORE worker processes per core."""
+    return WORKERS_PER_CORE * (os.cpu_count() or 1)
+
+
+def check_int(name: str, value: int | None, lo: int, hi: int) -> None:
+    """An integer option in [lo, hi] (None: not given)."""
+    if value is not None and not lo <= value <= hi:
+        raise CliError(f"argument {name}: expected an integer in [{lo}, {hi}], got {value}")
+
+
+def check_float(name: str, value: float | None, lo: float, hi: float, what: str = "a number"
+                ) -> None:
+    """A number option in (lo, hi]; refuses nan and inf."""
+    if value is not None and not (math.isfinite(value) and lo < value <= hi):
+        raise CliError(f"argument {name}: expected {what} in ({lo:g}, {hi:g}], got {value}")
 
 
 def _check_minutes(value: float | None) -> None:
-    if value is not None and not (0 < value <= MAX_MINUTES):  # also refuses nan and inf
-        raise CliError(f"argument --minutes: expected a number of minutes in (0, {MAX_MINUTES:g}], "
-                       f"got {value}")
+    check_float("--minutes", value, 0, MAX_MINUTES, "a number of minutes")
 
 
-def _check_output(option: str, path: str | None) -> None:
-    """Refuse an output path that cannot be written before any work is done."""
+def _writable_ancestor(option: str, path: Path) -> None:
+    """The nearest existing folder above `path` must take a new file (probed for real:
+    permission bits say nothing to root, or on a read-only mount)."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise CliError(f"argument {option}: cannot write {path} ({probe} is not a folder)")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".kvpocket-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise CliError(f"argument {option}: cannot write {path} ({probe} is not a writable "
+                       f"folder: {exc.strerror})") from None
+
+
+def check_output(option: str, path: str | None) -> None:
+    """Refuse an output file that cannot be written, before any work is done. Outputs are
+    written atomically (a temporary file, then a rename), so only a regular file may be
+    replaced: never a folder, a device such as /dev/full, or a link to one."""
     if path is None:
         return
+    if not path.strip():
+        raise CliError(f"argument {option}: expected a file path, got {path!r}")
     p = Path(path)
-    if path == "" or p.is_dir():
-        raise CliError(f"argument {option}: {path!r} is not a file path")
-    parent = p.parent if str(p.parent) else Path(".")
-    probe = parent
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise CliError(f"argument {option}: cannot write {path} ({probe} is not a writable folder)")
+    if p.is_dir():
+        raise CliError(f"argument {option}: {path} is a folder, expected a file path")
+    if p.exists() and not p.is_file():
+        raise CliError(f"argument {option}: {path} is not a regular file (outputs are written "
+                       "to a temporary file and renamed over it)")
+    _writable_ancestor(option, p.parent if str(p.parent) else Path("."))
+
+
+def check_output_dir(option: str, path: str | None) -> None:
+    """Refuse an output folder that is a file or cannot be created or written."""
+    if path is None:
+        return
+    if not path.strip():
+        raise CliError(f"argument {option}: expected a folder, got {path!r}")
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise CliError(f"argument {option}: {path} exists and is not a folder")
+    _writable_ancestor(option, p)
+
+
+def check_database(spec: str | None) -> None:
+    """`DIR` or `redis://...`; a Redis database needs the redis package and a server that
+    answers, checked now rather than minutes into a campaign."""
+    if spec is None:
+        return
+    if not spec.strip() or ("://" in spec and not spec.startswith("redis://")):
+        raise CliError(f"argument --database: expected a directory or redis://host:port/db, "
+                       f"got {spec!r}")
+    if not spec.startswith("redis://"):
+        check_output_dir("--database", spec)
+        return
+    try:
+        import redis
+    except ImportError:
+        raise CliError("argument --database: a redis:// database needs the redis package "
+                       "(pip install 'kvpocket[redis]' or pip install redis)") from None
+    try:
+        client = redis.Redis.from_url(spec, socket_connect_timeout=3, socket_timeout=3)
+        client.ping()
+    except (redis.RedisError, ValueError, OSError) as exc:
+        raise CliError(f"argument --database: cannot reach {spec} ({exc})") from None
+
+
+def use_hypothesis_home(folder: str | Path) -> Path:
+    """Hypothesis keeps its own files in `.hypothesis/`; put them under `folder` (for this
+    process and the worker processes it starts) instead of the current directory."""
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    home = Path(folder) / ".hypothesis"
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(home)
+    set_hypothesis_home_dir(home)
+    return home
+
+
+def check_gpu(option: str, hint: str = "") -> None:
+    """The CuPy backend: refuse (exit 2) when CuPy or a usable GPU is missing."""
+    from kvpocket.impl.backend import gpu_available
+
+    if not gpu_available():
+        raise CliError(f"{option}: the CuPy backend needs CuPy and a usable CUDA GPU; none "
+                       "was found (pip install 'kvpocket[cuda]' on a machine with one)"
+                       + hint)
 
 
 def _fuzz_args(p: argparse.ArgumentParser) -> None:
@@ -121,17 +216,20 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
     budget.add_argument("--examples", type=int, metavar="N",
                         help="run N examples (with the matrix: N per cell)")
     p.add_argument("--steps", type=int, metavar="S", help=f"max rules per example (1..{MAX_STEPS})")
-    p.add_argument("--seed", type=int, default=0, metavar="X", help="campaign seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, metavar="X",
+                   help="campaign seed (default 0; 0..2**63-1)")
     p.add_argument("--backend", default="numpy", metavar="B", help="numpy (default) or cupy")
     p.add_argument("--workers", type=int, default=None, metavar="K",
-                   help="worker processes (default: the matrix uses every core, --config one)")
+                   help=f"worker processes, at most {WORKERS_PER_CORE} per core (default: the "
+                   "matrix uses every core, --config one)")
     p.add_argument("--database", metavar="DIR|redis://...",
                    help="shared Hypothesis example database (directory or Redis URL)")
     p.add_argument("--profile", default=None, metavar="P",
                    help="dev (default), ci, fuzz or gpu; see docs/campaigns.md")
     p.add_argument("--json", metavar="FILE", help="write the campaign report as JSON")
     p.add_argument("--out", default="kvpocket-out", metavar="DIR",
-                   help="where failure traces and reproducers go (default kvpocket-out)")
+                   help="where failure traces, reproducers and Hypothesis's own files "
+                   "(.hypothesis/) go (default kvpocket-out)")
     p.add_argument("--keep-going", action="store_true",
                    help="matrix: keep fuzzing the other cells after a failure")
     p.add_argument("--verbose", action="store_true", help="matrix: also the rare-state table")
@@ -164,27 +262,28 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise CliError(f"argument --profile: expected one of {', '.join(PROFILES)}, "
                        f"got {profile!r}")
     cores = os.cpu_count() or 1
-    _positive_int("--examples", args.examples, 10_000_000)
-    _positive_int("--steps", args.steps, MAX_STEPS)
-    _positive_int("--workers", args.workers, 4 * cores)
+    check_int("--examples", args.examples, 1, MAX_EXAMPLES)
+    check_int("--steps", args.steps, 1, MAX_STEPS)
+    check_int("--workers", args.workers, 1, max_workers())
     _check_minutes(args.minutes)
-    if not 0 <= args.seed < 2**63:
-        raise CliError(f"argument --seed: expected an integer in [0, 2**63), got {args.seed}")
-    if args.database is not None and (args.database == "" or (
-            "://" in args.database and not args.database.startswith("redis://"))):
-        raise CliError(f"argument --database: expected a directory or redis://host:port/db, "
-                       f"got {args.database!r}")
-    _check_output("--json", args.json)
+    check_int("--seed", args.seed, 0, MAX_SEED)
     if args.policy is not None:
         PocketPolicy.parse(args.policy, "--policy")
+    if args.config is not None:
+        config_from_args(args.config, args.policy)  # an unknown preset, before any work
+    check_output("--json", args.json)
+    check_output_dir("--out", args.out)
+    check_database(args.database)
     backend = PROFILES[profile].backend if args.profile and args.backend == "numpy" \
         else args.backend
     if backend == "cupy":
-        from kvpocket.impl.backend import gpu_available
-
-        if not gpu_available():
-            raise CliError(f"argument {'--profile gpu' if args.profile else '--backend'}: "
-                           "the CuPy backend needs a usable CUDA GPU and CuPy; none was found")
+        check_gpu(f"argument {'--profile gpu' if args.profile else '--backend'}")
+    use_hypothesis_home(args.out)
+    if args.config is not None and args.examples is not None and args.workers is not None \
+            and args.workers > args.examples:
+        print(f"kvpocket fuzz: note: {args.workers} workers for {args.examples} examples; "
+              f"running {args.examples} workers", file=sys.stderr)
+        args.workers = args.examples
     try:
         if args.config is None:
             return _fuzz_matrix(args, profile, backend, cores)
@@ -201,6 +300,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         write_json(report, args.json)
     if report.failures:
         return EXIT_FOUND
+    if report.interrupted:
+        return EXIT_INTERRUPTED
+    if report.steps == 0:
+        raise CliError("the campaign ran no step, so it checked nothing; give it more "
+                       "--examples or --minutes")
     if profile == "ci" and report.coverage_gaps:
         print(f"kvpocket: coverage gaps (never reached): {', '.join(report.coverage_gaps)}",
               file=sys.stderr)
@@ -227,29 +331,37 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
     if report.steps == 0 and not report.interrupted:
         raise CliError("the campaign ran no step, so it checked nothing; give it more "
                        "--examples or --minutes")
-    return 130 if report.interrupted else EXIT_OK
+    return EXIT_INTERRUPTED if report.interrupted else EXIT_OK
 
 
 def _replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", metavar="TRACE", help="a trace file (JSON lines)")
     p.add_argument("--backend", default=None, metavar="B",
                    help="numpy or cupy (default: the trace's)")
+    p.add_argument("--allow-unterminated", action="store_true",
+                   help="accept a trace without its end marker (written before end markers "
+                   "existed); otherwise a missing marker is reported as truncation")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace on the implementation and the model; print the first divergence."""
-    from pathlib import Path
-
     from kvpocket.verify.conformance.replay import replay
     from kvpocket.verify.traces.trace import TraceError, read_trace
 
     if args.backend not in (None, "numpy", "cupy"):
         raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
     try:
-        trace = read_trace(Path(args.trace))
+        trace = read_trace(Path(args.trace), allow_unterminated=args.allow_unterminated)
     except TraceError as exc:
         raise CliError(str(exc)) from None
-    result = replay(trace, backend=args.backend)
+    backend = args.backend or trace.backend
+    if backend == "cupy":
+        if args.backend:
+            check_gpu("argument --backend")
+        else:
+            check_gpu(f"{args.trace}: the header asks for backend cupy",
+                      "; --backend numpy replays the trace on the CPU")
+    result = replay(trace, backend=backend)
     if result.ok:
         print(f"replayed {result.steps_run} steps: implementation and model agree, "
               "every invariant holds, the data oracle is clean")
@@ -266,10 +378,19 @@ def _prove_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_prove(args: argparse.Namespace) -> int:
     """Prove the page-layer invariants (induction) and run bounded model checking (Z3)."""
-    from kvpocket.verify.proofs.prove import run_prove
+    from kvpocket.verify.proofs import prove
 
-    return run_prove(args.config, args.policy, args.depth, args.json_path, args.out,
-                     workers=args.workers, page_depth=args.page_depth)
+    check_int("--workers", args.workers, 1, max_workers())
+    check_int("--depth", args.depth, 0, prove.MAX_DEPTH)
+    check_int("--page-depth", args.page_depth, 0, prove.MAX_DEPTH)
+    check_output("--json", args.json_path)
+    check_output_dir("--out", args.out)
+    # Options that prove.py adds beyond these reach run_prove by their parameter names.
+    known = {"config", "policy", "depth", "json_path", "out", "workers", "page_depth"}
+    accepted = inspect.signature(prove.run_prove).parameters
+    extra = {k: v for k, v in vars(args).items() if k in accepted and k not in known}
+    return prove.run_prove(args.config, args.policy, args.depth, args.json_path, args.out,
+                           workers=args.workers, page_depth=args.page_depth, **extra)
 
 
 def _bench_args(p: argparse.ArgumentParser) -> None:
@@ -294,38 +415,50 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
                        help="check against this preset instead of the log's own configuration")
     check.add_argument("--policy", metavar="POLICY",
                        help="check under this pocket policy: revalidate, pin or unsafe")
+    check.add_argument("--allow-unterminated", action="store_true",
+                       help="accept a log without its end marker (written before end markers "
+                       "existed); otherwise a missing marker is reported as truncation")
+    check.add_argument("--no-progress", action="store_true",
+                       help="no progress line (shown on a terminal for long logs)")
     check.set_defaults(trace_run=_trace_check)
     record = sub.add_parser("record", help="run a seeded random workload on the "
                             "implementation and write its event log")
     _add_config_options(record)
     record.add_argument("--steps", type=int, default=200, metavar="N",
-                        help="workload steps (default 200)")
-    record.add_argument("--seed", type=int, default=0, metavar="X", help="seed (default 0)")
-    record.add_argument("--out", required=True, metavar="FILE", help="where the log goes")
+                        help=f"workload steps (default 200; 1..{MAX_RECORD_STEPS})")
+    record.add_argument("--seed", type=int, default=0, metavar="X",
+                        help="seed (default 0; 0..2**63-1)")
+    record.add_argument("--out", required=True, metavar="FILE",
+                        help="where the log goes (written whole, or not at all)")
     record.set_defaults(trace_run=_trace_record)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
     """Event logs: check one against the model, or record one from the implementation."""
     if getattr(args, "trace_command", None) is None:
-        raise CliError("trace: expected a subcommand: check or record")
+        raise CliError("expected a subcommand: check or record")
     code: int = args.trace_run(args)
     return code
 
 
 def _trace_check(args: argparse.Namespace) -> int:
-    from kvpocket.verify.traces.trace import TraceError, read_events
+    from kvpocket.verify.cli.render import Ticker
+    from kvpocket.verify.traces.trace import TraceError, open_events
     from kvpocket.verify.traces.tracecheck import ConfigTooSmall, check_events
 
+    cfg_override = preset(args.config) if args.config else None
+    policy = PocketPolicy.parse(args.policy, "--policy") if args.policy is not None else None
     try:
-        log = read_events(args.log)
+        log = open_events(args.log, allow_unterminated=args.allow_unterminated)
+        cfg = cfg_override or log.config
+        if policy is not None:
+            cfg = cfg.with_pocket(enabled=True, policy=policy)
+        size = Path(args.log).stat().st_size
+        with Ticker(f"trace check {args.log}", size, show=not args.no_progress) as ticker:
+            result = check_events(log, cfg, args.log, progress=lambda n: ticker.update(
+                n, log.line))
     except TraceError as exc:
         raise CliError(str(exc)) from None
-    cfg = preset(args.config) if args.config else log.config
-    if args.policy is not None:
-        cfg = cfg.with_pocket(enabled=True, policy=PocketPolicy.parse(args.policy, "--policy"))
-    try:
-        result = check_events(log, cfg, args.log)
     except ConfigTooSmall as exc:
         raise CliError(f"{args.log}: {exc}") from None
     if result.ok:
@@ -339,8 +472,10 @@ def _trace_check(args: argparse.Namespace) -> int:
 def _trace_record(args: argparse.Namespace) -> int:
     from kvpocket.verify.traces.record import record
 
-    _positive_int("--steps", args.steps)
+    check_int("--steps", args.steps, 1, MAX_RECORD_STEPS)
+    check_int("--seed", args.seed, 0, MAX_SEED)
     cfg = config_from_args(args.config, args.policy)
+    check_output("--out", args.out)
     try:
         stats = record(cfg, args.steps, args.seed, args.out)
     except OSError as exc:
@@ -358,10 +493,15 @@ def _mutants_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     """Seeded bugs: run the campaigns against each mutant and print the kill matrix."""
-    from kvpocket.verify.quality.seeded import run_mutants
+    from kvpocket.verify.quality.seeded import MAX_BUDGET_S, run_mutants
 
-    return run_mutants(args.only, args.budget, args.json_path, args.list_only,
-                       zoo=args.zoo)
+    check_float("--budget", args.budget, 0, MAX_BUDGET_S, "seconds")
+    check_output("--json", args.json_path)
+    if not args.list_only:  # Hypothesis's own files: not in the current directory
+        use_hypothesis_home(Path(tempfile.gettempdir()) / "kvpocket-mutants")
+    code: int = run_mutants(args.only, args.budget, args.json_path, args.list_only,
+                            zoo=args.zoo)
+    return code
 
 
 COMMANDS: list[Command] = [
@@ -387,8 +527,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str:
+    """The subcommand named in `argv` (for the error prefix), or ""."""
+    names = {name for name, _, _ in COMMANDS}
+    return next((a for a in argv if a in names), "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = " ".join(x for x in ("kvpocket", _command_of(argv)) if x)
     try:
         args = parser.parse_args(argv)
         if getattr(args, "list_configs", False):
@@ -400,11 +548,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(args)
         return code
     except (CliError, ConfigError, UsageError) as exc:
-        print(f"kvpocket: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("kvpocket: interrupted", file=sys.stderr)
-        return 130
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `kvpocket ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvpocket.model.spec import markdown_tables, mermaid_page_life
+from kvpocket.verify.cli.archgen import GENERATORS as ARCHITECTURE
 from kvpocket.verify.presets import DEFAULT_PRESET, preset
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -85,6 +86,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "spec-tables": lambda: markdown_tables(preset(DEFAULT_PRESET)),
     "proof-status": proof_status,
     "cli-reference": cli_reference,
+    **ARCHITECTURE,
 }
 
 

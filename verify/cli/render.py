@@ -12,6 +12,44 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
+def progress_console(show: bool) -> tuple[Console, bool]:
+    """Progress goes to stderr, and only to a terminal: a log file or a pipe gets the
+    final report, not a progress line cut at 80 columns."""
+    err = Console(stderr=True, highlight=False)
+    return err, show and err.is_terminal
+
+
+class Ticker:
+    """A progress line on stderr for a long file check: lines and bytes read, rate.
+    Silent off a terminal, when `show` is False, or for a small file."""
+
+    SMALL = 1 << 20  # bytes: a file this small is done before a line would help
+
+    def __init__(self, what: str, total_bytes: int, show: bool = True) -> None:
+        self.what, self.total = what, total_bytes
+        self.out, self.show = progress_console(show and total_bytes >= self.SMALL)
+        self.start = 0.0
+
+    def __enter__(self) -> Ticker:
+        import time
+
+        self.start = time.monotonic()
+        return self
+
+    def update(self, events: int, line: int) -> None:
+        import time
+
+        if not self.show:
+            return
+        secs = max(time.monotonic() - self.start, 1e-9)
+        self.out.print(f"{self.what}: {events:,} events, line {line:,} "
+                       f"({events / secs:,.0f} events/s)", end="\r", markup=False)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.show:
+            self.out.print(" " * 79, end="\r")
+
+
 def print_spec(data: dict[str, Any]) -> None:
     out = console()
     actions = Table(title="Actions", show_lines=False)
@@ -39,10 +77,11 @@ class CampaignProgress:
         self.multi = False
         self.steps = 0
         self.last = 0.0
+        out, self.show = progress_console(show)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
-            TextColumn("{task.fields[stats]}"), console=console(), transient=False,
-            disable=not show,
+            TextColumn("{task.fields[stats]}"), console=out, transient=True,
+            disable=not self.show,
         )
         self.task = self.progress.add_task(
             f"fuzz {spec.config_name}/{spec.cfg.pocket.policy.value}", total=None, stats="")
@@ -91,7 +130,12 @@ class CampaignProgress:
 
 
 def print_campaign(report: Any) -> None:
+    from rich.markup import escape
+
     out = console()
+    if getattr(report, "interrupted", False):
+        out.print("[yellow bold]INTERRUPTED[/yellow bold]: the report covers the part that "
+                  "ran" + ("" if report.failures else "; no bug found in it"))
     table = Table(title=f"fuzz campaign: {report.config} / {report.policy} / {report.backend}")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -111,9 +155,11 @@ def print_campaign(report: Any) -> None:
         rare.add_row(name + gap, str(n))
     out.print(rare)
     for f in report.failures:
-        out.print(f"[red]failure[/red] after {f.steps} steps: {f.message.splitlines()[0]}")
-        out.print(f"  trace:      {f.trace}   (kvpocket replay {f.trace})")
-        out.print(f"  reproducer: {f.test}")
+        first = f.message.splitlines()[0] if f.message else "failure"
+        out.print(f"[red]failure[/red] after {f.steps} steps: {escape(first)}")
+        out.print(f"  trace:      {f.trace}   (kvpocket replay {f.trace})", markup=False,
+                  soft_wrap=True)
+        out.print(f"  reproducer: {f.test}", markup=False, soft_wrap=True)
 
 
 class MatrixProgress:
@@ -128,10 +174,11 @@ class MatrixProgress:
         self.steps = 0
         self.cell = ""
         self.last = 0.0
+        out, self.show = progress_console(show)
         self.progress = Progress(
             SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
-            TextColumn("{task.fields[stats]}"), console=console(), transient=True,
-            disable=not show,
+            TextColumn("{task.fields[stats]}"), console=out, transient=True,
+            disable=not self.show,
         )
         self.task = self.progress.add_task(
             f"fuzz matrix ({len(report.cells)} cells, budget {budget_s:g} s)", total=None,

@@ -45,10 +45,21 @@ SEQ_COLUMNS = ("seq", "status", "capacity", "history", "committed_tokens", "comm
                "index", "entries")
 
 
+def _row_order(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A total order on page rows (whose optional columns may be None), one-to-one so
+    equal multisets of rows sort to equal tuples on both sides."""
+    return tuple((0,) if v is None else (1, v) for v in row)
+
+
 def abstract_model(m: Model) -> Abstract:
     s, lay, cfg = m.state, m.layout, m.cfg
     where: dict[int, Where] = {}
     pages = []
+    parked_by: dict[int, int] = {}  # page -> the sequence whose pocket holds it (first found)
+    for q in range(lay.seqs):
+        for c in range(lay.lcs):
+            for k in range(lay.pocket_cap):
+                parked_by.setdefault(s.pocket[lay.pocket_ix(m.ops, q, c, k)], q)
     for p in range(lay.pages):
         if not s.alive[p]:
             continue
@@ -57,9 +68,7 @@ def abstract_model(m: Model) -> Abstract:
         where[p] = w
         status = PageStatus.LOCKED if s.locks[p] else (
             PageStatus.HELD if s.holds[p] else PageStatus.DROPPABLE)
-        pocket = next((q for q in range(lay.seqs) for c in range(lay.lcs) for k in
-                       range(lay.pocket_cap)
-                       if s.pocket[lay.pocket_ix(m.ops, q, c, k)] == p), None)
+        pocket = parked_by.get(p)
         key = tuple(s.block_keys[s.key[p]]) if s.committed[p] else None
         owner = None if s.committed[p] else s.owner[p]
         pages.append((*w, lc, bool(s.committed[p]), status.name, bool(s.queued[p]), owner,
@@ -102,7 +111,7 @@ def abstract_model(m: Model) -> Abstract:
             table.append(tuple(ents))
         seqs.append((q, seq_status.name, s.capacity[q], s.history[q], s.committed_tokens[q],
                      CommitState(s.commit_state[q]).name, tuple(index), tuple(table)))
-    return Abstract(tuple(sorted(pages, key=repr)), tuple(occupied), tuple(queues),
+    return Abstract(tuple(sorted(pages, key=_row_order)), tuple(occupied), tuple(queues),
                     tuple(pockets), tuple(seqs))
 
 
@@ -139,7 +148,7 @@ def abstract_impl(snap: dict[str, Any], seq_of: dict[int, int]) -> Abstract:
         )
         seqs.append((seq_of[sq["id"]], sq["status"], sq["capacity"], sq["history"],
                      len(sq["committed_tokens"]), sq["commit_state"], index, entries))
-    return Abstract(tuple(sorted(pages, key=repr)), tuple(sorted(occupied)), tuple(sorted(queues)),
+    return Abstract(tuple(sorted(pages, key=_row_order)), tuple(sorted(occupied)), tuple(sorted(queues)),
                     tuple(pockets), tuple(sorted(seqs)))
 
 

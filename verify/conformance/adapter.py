@@ -4,6 +4,11 @@ One entry per action of the lockstep alphabet. The model and the
 implementation speak slightly different languages (sequence slots vs ids,
 token lists vs "the next n tokens", exceptions vs categories); every
 translation lives here and nowhere else.
+
+Results: the model reports a capacity failure as False. The implementation's calls that
+can run out of pages return a typed result (`kvpocket.impl.results.OpResult`, truthy iff
+it succeeded); a plain bool and the exception form (`OpResult.raise_for_failure`, a
+`CapacityFailure` raised) are compared the same way, as their bool.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any, Protocol
 
 from kvpocket.impl import exceptions as impl_errors
 from kvpocket.impl.manager import KVCacheManager
+from kvpocket.impl.results import OpResult
 from kvpocket.model.api import API
 from kvpocket.model.machine import RunResult
 
@@ -36,12 +42,19 @@ class Outcome:
 
 
 def impl_outcome(call: Callable[[], Any]) -> Outcome:
+    """An implementation call's outcome: a usage error's category; a capacity failure's
+    bool in any of its three forms (a bool, a typed result, a raised `CapacityFailure`,
+    each with the failure named in `detail`); None for calls that return nothing."""
     try:
         value = call()
+    except impl_errors.CapacityFailure as exc:  # the exception form of a failed result
+        return Outcome("ok", False, f"{type(exc).__name__}: {exc}")
     except impl_errors.KVPocketError as exc:
         if exc.category is None:  # not a usage error: the implementation broke
             raise
         return Outcome("error", exc.category, str(exc))
+    if isinstance(value, OpResult):
+        return Outcome("ok", value.ok, "" if value.ok else f"{value.error}: {value.reason}")
     return Outcome("ok", value if isinstance(value, bool) else None)
 
 
@@ -79,7 +92,7 @@ def _create(h: Harness, p: dict[str, Any]) -> Any:
 
 def _commit(h: Harness, p: dict[str, Any]) -> Any:
     kv = h.impl.get(h.impl_seq(p["seq"]))
-    return kv.commit(h.tokens(p["seq"], len(kv.committed), p["n"]))
+    return kv.commit(h.tokens(p["seq"], kv.num_committed_tokens, p["n"]))
 
 
 def _advance(h: Harness, p: dict[str, Any]) -> Any:

@@ -27,7 +27,7 @@ from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, 
 from kvpocket.verify.conformance.replay import replay
 from kvpocket.verify.conformance.shrink import minimize
 from kvpocket.verify.conformance.stateful import STATS, machine_for
-from kvpocket.verify.traces.trace import Trace, TraceStep
+from kvpocket.verify.traces.trace import Trace, TraceStep, write_atomic
 
 
 def expected_rare_states(cfg: KVConfig) -> list[str]:
@@ -49,7 +49,9 @@ def expected_rare_states(cfg: KVConfig) -> list[str]:
     if cfg.slots_per_level[0] >= cfg.num_life_cycles * (cfg.pocket.capacity + 2) + 2:
         out += ["pocket full", "stale page released at pocket capacity"]
     if cfg.num_levels > 1 and cfg.pocket.policy != PocketPolicy.PIN:
-        out.append("parked page migrated")
+        # An evicted parked page is dropped or migrated, as the configuration says; either
+        # way a later pop must refuse it (revalidate).
+        out.append("parked page dropped" if cfg.pocket.drops_parked else "parked page migrated")
         if cfg.pocket.policy == PocketPolicy.REVALIDATE:
             out.append("pop refused")
     return [name for name in RARE_STATES if name in out]
@@ -74,12 +76,17 @@ class CampaignUsageError(Exception):
     setting): a usage problem, reported with exit status 2, never as a found bug."""
 
 
+class CampaignInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a campaign; `report` holds what ran before it (marked interrupted)."""
+
+    def __init__(self, report: CampaignReport) -> None:
+        super().__init__("interrupted")
+        self.report = report
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a whole file or nothing: a temporary file beside it, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_atomic(path, text)
 
 
 def unused_path(path: Path) -> Path:
@@ -116,6 +123,7 @@ class CampaignReport:
     rare_states: dict[str, int] = field(default_factory=dict)
     coverage_gaps: list[str] = field(default_factory=list)
     max_pocket_occupancy: int = 0
+    interrupted: bool = False  # Ctrl-C: the counts are those of the part that ran
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -181,47 +189,69 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
     deadline = start + spec.minutes * 60 if spec.minutes else None
     remaining = spec.examples if spec.examples is not None else None
     batch_no = 0
-    while True:
-        n = min(spec.batch, remaining) if remaining is not None else spec.batch
-        if (deadline is None and remaining is None) or profile.derandomize:
-            # A derandomized profile draws the same examples in every batch: one batch.
-            n = remaining if remaining is not None else profile.max_examples
-        settings = hypothesis_settings(profile, max_examples=n, steps=spec.steps, database=db)
-        test = get_state_machine_test(machine, settings=settings)
-        if not profile.derandomize:
-            test = seeded(test, spec.seed * 100_003 + batch_no)
-        STATS.reset()
-        STATS.on_step = progress
-        failed: BaseException | None = None
-        try:
-            with only_the_seed():
-                test()
-        except (FailedHealthCheck, InvalidArgument) as exc:
-            raise CampaignUsageError(_usage_message(exc, spec)) from None
-        except Exception as exc:  # a divergence (or a crash) that Hypothesis shrank
-            failed = exc
-        report.examples += STATS.examples
-        report.steps += STATS.steps
-        rare.update(STATS.rare)
-        report.max_pocket_occupancy = max(report.max_pocket_occupancy, STATS.max_pocket)
-        if failed is not None:
-            trace, message = STATS.failure or ([], f"{type(failed).__name__}: {failed}")
-            tag = spec.tag or (f"{spec.config_name}-{spec.cfg.pocket.policy.value}-"
-                               f"{spec.seed}-{batch_no}")
-            report.failures.append(write_reproducers(spec, trace, message, tag))
-            break
-        batch_no += 1
-        if remaining is not None:
-            remaining -= n
-            if remaining <= 0:
+    try:
+        while True:
+            n = min(spec.batch, remaining) if remaining is not None else spec.batch
+            if (deadline is None and remaining is None) or profile.derandomize:
+                # A derandomized profile draws the same examples in every batch: one batch.
+                n = remaining if remaining is not None else profile.max_examples
+            settings = hypothesis_settings(profile, max_examples=n, steps=spec.steps, database=db)
+            test = get_state_machine_test(machine, settings=settings)
+            if not profile.derandomize:
+                test = seeded(test, spec.seed * 100_003 + batch_no)
+            STATS.reset()
+            STATS.on_step = progress
+            failed: BaseException | None = None
+            try:
+                with only_the_seed():
+                    test()
+            except (FailedHealthCheck, InvalidArgument) as exc:
+                raise CampaignUsageError(_usage_message(exc, spec)) from None
+            except KeyboardInterrupt:
+                _absorb(report, rare)
+                raise
+            except Exception as exc:  # a divergence (or a crash) that Hypothesis shrank
+                failed = exc
+            _absorb(report, rare)
+            if failed is not None:
+                if STATS.failure is None:  # not a step of the lockstep: no finding to write
+                    raise CampaignUsageError(
+                        "the campaign stopped on an error that is not a finding (no failure "
+                        f"trace written): {type(failed).__name__}: {failed}") from None
+                trace, message = STATS.failure
+                tag = spec.tag or (f"{spec.config_name}-{spec.cfg.pocket.policy.value}-"
+                                   f"{spec.seed}-{batch_no}")
+                report.failures.append(write_reproducers(spec, trace, message, tag))
                 break
-        elif deadline is None or time.monotonic() >= deadline:
-            break
+            batch_no += 1
+            if remaining is not None:
+                remaining -= n
+                if remaining <= 0:
+                    break
+            elif deadline is None or time.monotonic() >= deadline:
+                break
+    except KeyboardInterrupt:
+        report.interrupted = True
+        _finish(report, rare, spec, start)
+        raise CampaignInterrupted(report) from None
+    _finish(report, rare, spec, start)
+    return report
+
+
+def _absorb(report: CampaignReport, rare: Counter[str]) -> None:
+    """Fold the batch that just ran (STATS) into the worker's report."""
+    report.examples += STATS.examples
+    report.steps += STATS.steps
+    rare.update(STATS.rare)
+    report.max_pocket_occupancy = max(report.max_pocket_occupancy, STATS.max_pocket)
+
+
+def _finish(report: CampaignReport, rare: Counter[str], spec: CampaignSpec, start: float
+            ) -> None:
     report.seconds = time.monotonic() - start
     report.steps_per_second = report.steps / report.seconds if report.seconds else 0.0
     report.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
     report.coverage_gaps = [name for name in expected_rare_states(spec.cfg) if not rare.get(name)]
-    return report
 
 
 def _usage_message(exc: BaseException, spec: CampaignSpec) -> str:
@@ -251,7 +281,10 @@ def worker_entry(spec: CampaignSpec) -> CampaignReport:
                 _SHARED_STEPS.value += pending
             pending = 0
 
-    return run_worker(spec, progress=tick)
+    try:
+        return run_worker(spec, progress=tick)
+    except CampaignInterrupted as exc:  # Ctrl-C reaches every worker: hand back the part run
+        return exc.report
 
 
 def merge(reports: list[CampaignReport], spec: CampaignSpec, seconds: float) -> CampaignReport:
@@ -264,6 +297,7 @@ def merge(reports: list[CampaignReport], spec: CampaignSpec, seconds: float) -> 
         out.failures += r.failures
         rare.update(r.rare_states)
         out.max_pocket_occupancy = max(out.max_pocket_occupancy, r.max_pocket_occupancy)
+        out.interrupted = out.interrupted or r.interrupted
     out.seconds = seconds
     out.steps_per_second = out.steps / seconds if seconds else 0.0
     out.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
@@ -278,23 +312,45 @@ def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = Tru
     start = time.monotonic()
     if workers <= 1:
         with CampaignProgress(spec, show_progress) as bar:
-            report = run_worker(spec, progress=bar.tick)
+            try:
+                report = run_worker(spec, progress=bar.tick)
+            except CampaignInterrupted as exc:
+                report = exc.report
         return report
     ctx = mp.get_context("spawn")
     counter = ctx.Value("q", 0)
-    per_worker = None if spec.examples is None else max(1, spec.examples // workers)
+    if spec.examples is not None:
+        workers = min(workers, spec.examples)  # no worker without an example to run
+
+    def share(i: int) -> int | None:  # the examples split as evenly as they go
+        if spec.examples is None:
+            return None
+        return spec.examples // workers + (1 if i < spec.examples % workers else 0)
+
     specs = [
         CampaignSpec(**{**asdict_shallow(spec), "seed": spec.seed + 7919 * i,
-                        "examples": per_worker, "out_dir": str(Path(spec.out_dir) / f"w{i}")})
+                        "examples": share(i), "out_dir": str(Path(spec.out_dir) / f"w{i}")})
         for i in range(workers)
     ]
     with CampaignProgress(spec, show_progress) as bar, \
             ctx.Pool(workers, initializer=init_worker, initargs=(counter,)) as pool:
         pending = pool.map_async(worker_entry, specs)
-        while not pending.ready():
-            pending.wait(0.25)
-            bar.set_steps(counter.value)
-        reports = pending.get()
+        try:
+            while not pending.ready():
+                pending.wait(0.25)
+                bar.set_steps(counter.value)
+            reports = pending.get()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the workers too: each hands back the part it ran. A worker
+            # that cannot is stopped with the pool; then only the shared step count is known.
+            try:
+                reports = pending.get(timeout=10)
+            except (Exception, KeyboardInterrupt):
+                reports = [CampaignReport(spec.config_name, spec.cfg.pocket.policy.value,
+                                          spec.backend, spec.seed, workers,
+                                          steps=int(counter.value))]
+            for r in reports:
+                r.interrupted = True
     return merge(reports, spec, time.monotonic() - start)
 
 

@@ -62,7 +62,10 @@ class Cell:
 
 
 DEFAULT_MATRIX: tuple[Cell, ...] = (
-    Cell("tiny", "revalidate", "a parked page migrates or is dropped within a few steps; pops refused"),
+    Cell("tiny", "revalidate", "a parked page is evicted (dropped: evict_parked=drop, the "
+         "default) within a few steps; pops refused"),
+    Cell("tiny-migrate", "revalidate", "a parked page is evicted and migrated to host "
+         "(evict_parked=migrate) within a few steps; pops refused"),
     Cell("wide-pocket", "revalidate", "a full pocket with another stale page arriving; "
          "several blocks leaving the window at once"),
     Cell("three-level", "revalidate", "a cascade two levels deep; OutOfPages at a deeper level "

@@ -249,7 +249,7 @@ def properties(layer: str) -> list[Invariant]:
 INT_BITS = 12  # integers are signed 12-bit vectors in BMC; `_width_problem` keeps it exact
 
 
-def bmc(lay: Layout, layer: str, depth: int, timeout_ms: int = 120_000,
+def bmc(lay: Layout, layer: str, depth: int, timeout_ms: int = 600_000,
         prefix: list[TraceStep] | None = None) -> BmcResult:
     """Search for the shortest run (<= depth steps) that breaks an invariant.
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_l
 from kvpocket.model.state import Layout
 from kvpocket.verify.proofs.bmc import BmcResult, bmc
 from kvpocket.verify.proofs.obligations import PROVED, UNKNOWN, VIOLATED, prove_config
-from kvpocket.verify.traces.trace import Trace, TraceStep, write_trace
+from kvpocket.verify.traces.trace import Trace, TraceStep, write_atomic, write_trace
 
 # API steps from Init to a page parked in the pocket (SWA window 3, 2 tokens per block):
 # the unsafe policy breaks within PARK_DEPTH steps after them (pressure, then a pop), at
@@ -45,6 +47,8 @@ DEFAULT_DEPTH = 5  # API-level BMC from Init under revalidate / pin
 UNSAFE_DEPTH = 7  # ... and under unsafe: the migration-during-park counterexample's depth
 DEFAULT_PAGE_DEPTH = 3
 DEFAULT_WORKERS = 2  # (configuration, policy) cells run in parallel processes
+MAX_DEPTH = 30  # --depth and --page-depth
+MAX_WORKERS_PER_CORE = 4
 
 
 class ProveUsageError(ValueError):
@@ -68,17 +72,21 @@ class ProveConfig:
     cost: float = 1.0  # relative run time, to start the slow cells first
 
 
+# One page record per slot (`pages`): the derived bound would add one per pocket position
+# for slotless dropped parked pages (evict_parked=drop), which the induction does not need
+# (it holds for any number of records) and which doubles the solver's work.
 PROVE_CONFIGS: dict[str, ProveConfig] = {c.name: c for c in (
     ProveConfig("gpu", "GPU only (3 slots), 1 sequence, SWA window 3, 3 blocks",
                 _cfg((3,)), page_bmc=True),
-    ProveConfig("gpu-host", "GPU + host (2 + 2 slots), 1 sequence", _cfg((2, 2)),
+    ProveConfig("gpu-host", "GPU + host (2 + 2 slots), 1 sequence",
+                _cfg((2, 2), pages=4),
                 api_bmc=True, cost=2.0),
     ProveConfig("gpu-host-disk", "GPU + host + disk (2 + 1 + 1 slots), 1 sequence",
-                _cfg((2, 1, 1)), cost=1.5),
+                _cfg((2, 1, 1), pages=4), cost=1.5),
     ProveConfig("gpu-host-2seq", "GPU + host (2 + 2 slots), 2 sequences, 2 blocks",
-                _cfg((2, 2), seqs=2, blocks=2), cost=3.0),
+                _cfg((2, 2), seqs=2, blocks=2, pages=4), cost=3.0),
     ProveConfig("gpu-host-full", "GPU + host (2 + 1 slots), SWA + full attention, 1 sequence, "
-                "2 blocks", _cfg((2, 1), full=True, blocks=2)),
+                "2 blocks", _cfg((2, 1), full=True, blocks=2, pages=3)),
 )}
 DEFAULT_MATRIX = ("gpu", "gpu-host", "gpu-host-disk", "gpu-host-2seq")
 
@@ -91,26 +99,40 @@ def add_prove_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pocket policy: revalidate|pin|unsafe (default: revalidate and pin)")
     parser.add_argument("--depth", type=int, default=None,
                         help=f"API-level BMC depth from Init (default {DEFAULT_DEPTH}; "
-                        f"{UNSAFE_DEPTH} under --policy unsafe; 0 skips BMC)")
+                        f"{UNSAFE_DEPTH} under --policy unsafe; 0 skips BMC; at most {MAX_DEPTH})")
     parser.add_argument("--page-depth", type=int, default=DEFAULT_PAGE_DEPTH,
-                        help=f"page-level BMC depth (default {DEFAULT_PAGE_DEPTH}; 0 skips it)")
+                        help=f"page-level BMC depth (default {DEFAULT_PAGE_DEPTH}; 0 skips it; "
+                        f"at most {MAX_DEPTH})")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
-                        help=f"parallel processes (default {DEFAULT_WORKERS}; 1: in-process)")
-    parser.add_argument("--json", dest="json_path", default=None, help="write results here")
+                        help=f"parallel processes (default {DEFAULT_WORKERS}; 1: in-process; "
+                        f"at most {MAX_WORKERS_PER_CORE} per core)")
+    parser.add_argument("--json", dest="json_path", default=None,
+                        help="write every obligation's row, the summary and the "
+                        "counterexamples here")
     parser.add_argument("--out", default="prove-out", help="directory for counterexample traces")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print every obligation's row (the JSON always has them)")
+    parser.add_argument("--parametric", action="store_true",
+                        help="prove the pocket-safety invariants for every size instead "
+                        "(quantified invariants over unbounded sorts; verify/proofs/parametric.py)")
 
 
-def _validate(config_name: str | None, policy: str | None, depth: int, page_depth: int
-              ) -> None:
+def _validate(config_name: str | None, policy: str | None, depth: int, page_depth: int,
+              workers: int = DEFAULT_WORKERS) -> None:
     if config_name is not None and config_name not in PROVE_CONFIGS:
-        raise ProveUsageError(f"--config: unknown configuration {config_name!r}; expected one "
+        raise ProveUsageError(f"argument --config: unknown configuration {config_name!r}; expected one "
                               "of " + ", ".join(PROVE_CONFIGS))
     if policy is not None and policy not in POLICIES:
-        raise ProveUsageError(f"--policy: unknown policy {policy!r}; expected one of "
+        raise ProveUsageError(f"argument --policy: unknown policy {policy!r}; expected one of "
                               + ", ".join(POLICIES))
     for flag, value in (("--depth", depth), ("--page-depth", page_depth)):
-        if not isinstance(value, int) or value < 0 or value > 30:
-            raise ProveUsageError(f"{flag}: expected an integer in [0, 30], got {value!r}")
+        if not isinstance(value, int) or value < 0 or value > MAX_DEPTH:
+            raise ProveUsageError(f"argument {flag}: expected an integer in [0, {MAX_DEPTH}], "
+                                  f"got {value!r}")
+    most = MAX_WORKERS_PER_CORE * (os.cpu_count() or 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= most:
+        raise ProveUsageError(f"argument --workers: expected an integer in [1, {most}], "
+                              f"got {workers!r}")
 
 
 @dataclass
@@ -124,66 +146,131 @@ class Row:
 
 def run_prove(config_name: str | None, policy: str | None, depth: int | None,
               json_path: str | None, out_dir: str, workers: int = DEFAULT_WORKERS,
-              page_depth: int = DEFAULT_PAGE_DEPTH) -> int:
+              page_depth: int = DEFAULT_PAGE_DEPTH, verbose: bool = False,
+              parametric: bool = False) -> int:
     """Run the matrix; 0 if everything is proved, 1 on a violation, 2 on bad options.
 
+    Prints a summary first (per configuration: proved/violated/unknown and time), then
+    any counterexample; every obligation's row only with `verbose` (always in the JSON).
     `depth` None: DEFAULT_DEPTH, or UNSAFE_DEPTH under the unsafe policy.
     """
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console()
+    console = Console(highlight=False)
     try:
         if depth is None:
             depth = UNSAFE_DEPTH if policy == "unsafe" else DEFAULT_DEPTH
-        _validate(config_name, policy, depth, page_depth)
+        _validate(config_name, policy, depth, page_depth, workers)
     except ProveUsageError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        print(f"kvpocket prove: error: {exc}", file=sys.stderr)
         return 2
     names = [config_name] if config_name else list(DEFAULT_MATRIX)
     policies = [policy] if policy else list(DEFAULT_POLICIES)
+    if parametric:  # every size: one cell per configuration shape and policy
+        from kvpocket.verify.proofs.parametric import run_parametric
+
+        return run_parametric([(f"{n}/{pol}", PROVE_CONFIGS[n].config.with_pocket(True, pol))
+                               for n in names for pol in policies], json_path, workers)
     rows: list[Row] = []
     traces: list[str] = []
+    texts: list[str] = []
     t_all = time.perf_counter()
     page_all = config_name is not None
     jobs = [(name, pol, depth, page_depth, out_dir, page_all) for name in names
             for pol in policies]
+    progress = sys.stderr.isatty()
+
+    def done_one(i: int) -> None:
+        if progress:
+            print(f"[prove] {jobs[i][0]}/{jobs[i][1]} done ({time.perf_counter() - t_all:.0f} s"
+                  f", {len(jobs)} cells)", file=sys.stderr, flush=True)
+
     if len(jobs) > 1 and workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         # Slowest cells first (better packing); results are put back in job order.
         order = sorted(range(len(jobs)), key=lambda i: -PROVE_CONFIGS[jobs[i][0]].cost)
+        results: list[tuple[list[Row], list[str], list[str]] | None] = [None] * len(jobs)
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-            done = list(pool.map(_prove_one, [jobs[i] for i in order]))
-        results = [done[order.index(i)] for i in range(len(jobs))]
+            futures = {pool.submit(_prove_one, jobs[i]): i for i in order}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                done_one(futures[fut])
+        ordered = [r for r in results if r is not None]
     else:
-        results = [_prove_one(job) for job in jobs]
-    for job_rows, texts, job_traces in results:
+        ordered = []
+        for i, job in enumerate(jobs):
+            ordered.append(_prove_one(job))
+            done_one(i)
+    for job_rows, job_texts, job_traces in ordered:
         rows.extend(job_rows)
         traces.extend(job_traces)
-        for text in texts:
-            console.print(text, markup=False, highlight=False)
-    table = Table(title="kvpocket prove")
-    for col in ("configuration", "obligation", "status", "seconds"):
-        table.add_column(col)
-    colors = {PROVED: "green", VIOLATED: "red", UNKNOWN: "yellow"}
-    for row in rows:
-        table.add_row(row.config, row.obligation,
-                      f"[{colors.get(row.status, 'white')}]{row.status}[/]", f"{row.seconds:.2f}")
-    console.print(table)
+        texts.extend(job_texts)
     total = time.perf_counter() - t_all
-    console.print(f"total {total:.1f} s; {sum(r.status == PROVED for r in rows)} proved, "
-                  f"{sum(r.status == VIOLATED for r in rows)} violated, "
-                  f"{sum(r.status == UNKNOWN for r in rows)} unknown")
+    summary = summarize(rows)
+    print_summary(console, summary, total)
+    for text in texts:  # counterexamples (CTIs, traces) and unknown BMC runs
+        console.print(text, markup=False)
+    if verbose:
+        print_rows(console, rows)
+    elif rows:
+        console.print(f"({len(rows)} obligations; --verbose prints every row"
+                      + (", as does --json)" if not json_path else f"; all are in {json_path})"))
     if json_path:
         data: dict[str, Any] = {
+            "summary": summary,
             "obligations": [{"config": r.config, "obligation": r.obligation,
                              "status": r.status, "seconds": round(r.seconds, 3),
                              "detail": r.detail} for r in rows],
             "counterexamples": traces, "seconds": round(total, 3),
         }
-        Path(json_path).write_text(json.dumps(data, indent=2) + "\n")
+        write_atomic(json_path, json.dumps(data, indent=2) + "\n")
     return 1 if any(r.status == VIOLATED for r in rows) else 0
+
+
+def summarize(rows: list[Row]) -> dict[str, dict[str, Any]]:
+    """Per configuration (name/policy): proved, violated and unknown counts, and seconds."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        c = out.setdefault(r.config, {PROVED: 0, VIOLATED: 0, UNKNOWN: 0, "seconds": 0.0})
+        c[r.status if r.status in (PROVED, VIOLATED) else UNKNOWN] += 1
+        c["seconds"] = round(c["seconds"] + r.seconds, 3)
+    return out
+
+
+def print_summary(console: Any, summary: dict[str, dict[str, Any]], total: float) -> None:
+    from rich.table import Table
+
+    proved = sum(c[PROVED] for c in summary.values())
+    violated = sum(c[VIOLATED] for c in summary.values())
+    unknown = sum(c[UNKNOWN] for c in summary.values())
+    verdict = ("[red bold]VIOLATED[/]" if violated else
+               "[yellow bold]NOT ALL PROVED[/]" if unknown else "[green bold]ALL PROVED[/]")
+    console.print(f"{verdict}: {proved} proved, {violated} violated, {unknown} unknown, "
+                  f"{len(summary)} configurations, {total:.1f} s")
+    table = Table(title="kvpocket prove: summary")
+    for col, justify in (("configuration", "left"), ("proved", "right"), ("violated", "right"),
+                         ("unknown", "right"), ("seconds", "right")):
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for name, c in summary.items():
+        bad = c[VIOLATED]
+        table.add_row(name, str(c[PROVED]), f"[red]{bad}[/]" if bad else "0",
+                      f"[yellow]{c[UNKNOWN]}[/]" if c[UNKNOWN] else "0", f"{c['seconds']:.1f}")
+    console.print(table)
+
+
+def print_rows(console: Any, rows: list[Row]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="kvpocket prove: every obligation")
+    for col in ("configuration", "obligation", "status", "seconds"):
+        table.add_column(col)
+    colors = {PROVED: "green", VIOLATED: "red", UNKNOWN: "yellow"}
+    for row in rows:
+        table.add_row(row.config, escape(row.obligation),
+                      f"[{colors.get(row.status, 'white')}]{row.status}[/]", f"{row.seconds:.2f}")
+    console.print(table)
 
 
 def _prove_one(job: tuple[str, str, int, int, str, bool]

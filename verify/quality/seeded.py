@@ -30,10 +30,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kvpocket.impl.mutants import enable
@@ -42,6 +42,7 @@ from kvpocket.model.config import KVConfig, PocketPolicy
 from kvpocket.model.overrides import Override, overriding
 from kvpocket.model.pages import POCKET_NOT_FULL, STILL_VALID
 from kvpocket.verify.presets import PRESETS, decode_config
+from kvpocket.verify.traces.trace import write_atomic
 
 # Campaign configurations: the presets, plus one with room for a full pocket (3+ stale
 # blocks at once), which the presets' small GPU pools never reach.
@@ -51,6 +52,19 @@ CONFIGS: dict[str, KVConfig] = {
 }
 
 DETECTORS = ("invariant", "divergence", "crash", "data oracle", "attention", "z3")
+MAX_BUDGET_S = 3600.0  # --budget, per mutant
+TORCH_MISSING = ("attention detector skipped: torch is not installed "
+                 "(pip install 'kvpocket[torch]')")
+
+
+def torch_available() -> bool:
+    """The attention detector needs torch, an optional extra."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
 
 # Divergence.kind (see lockstep.py) -> detector.
 KIND_DETECTOR = {
@@ -166,6 +180,11 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "PR #15931 / upstream §2.4: only DROPPABLE pages may be dropped (HELD ones migrate)",
            "model/pages.py g_drop", "three-level", actions=("drop",),
            overrides={"page is DROPPABLE": ALWAYS}),
+    Mutant("model-drop-unparked", "model",
+           "the spec's drop_parked accepts a victim that is not parked (HELD data lost, no copy)",
+           "issue 14: only dead (parked) data may be dropped uncopied; upstream §2.4: HELD "
+           "pages migrate", "model/pages.py g_drop_parked", "tiny", actions=("drop_parked",),
+           overrides={"page is parked in a pocket": ALWAYS}),
     Mutant("model-window-off-by-one", "model", "the spec's window drops the +1",
            "upstream §3.2 SWA window arithmetic", "model/api.py _stale", "tiny",
            overrides={WINDOW_START: ("add", -1)}),
@@ -181,7 +200,7 @@ class MutantResult:
     seconds: float | None = None  # time to kill (first detector), None if not killed
     trace_length: int | None = None  # shrunk lockstep trace
     campaign: str = ""  # "killed: <kind>", "survived N examples", "budget exhausted"
-    attention: str = "n/a"  # "caught", "missed", "n/a"
+    attention: str = "n/a"  # "caught", "missed", "n/a", "skipped" (no torch)
     z3: dict[str, str] = field(default_factory=dict)  # obligation -> status
     trace: str | None = None
     origin: str = ""  # "seeded: <modelled on>" or a zoo bug's tracker id
@@ -372,7 +391,9 @@ def run_mutant(m: Mutant, budget_s: float = 60.0, attention: bool = True,
         if c.killed:
             res.detectors.append(detector_of(c.kind))
             res.seconds, res.trace_length, res.trace = c.seconds, c.steps, c.trace
-        if attention and m.data:
+        if attention and m.data and not torch_available():
+            res.attention = "skipped"
+        elif attention and m.data:
             caught = attention_scenario(m.config())
             res.attention = "caught" if caught else "missed"
             if caught:
@@ -418,8 +439,8 @@ def add_mutants_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the kill matrix as JSON")
 
 
-def _usage_error(console: Any, message: str) -> int:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+def _usage_error(message: str) -> int:
+    print(f"kvpocket mutants: error: {message}", file=sys.stderr)
     return 2
 
 
@@ -433,27 +454,29 @@ def run_mutants(only: str | None, budget_s: float, json_path: str | None,
 
     from kvpocket.verify.quality.zoo import ZOO, run_zoo_bug
 
-    console = Console()
+    console = Console(highlight=False)
     names: list[str] = list(ZOO) if zoo else list(MUTANTS)
     if only is not None and only not in names:
         hint = "" if zoo or only not in ZOO else " (a zoo bug: add --zoo)"
-        return _usage_error(console, escape(f"--only: unknown {'zoo bug' if zoo else 'mutant'} "
-                                            f"{only!r}{hint}; expected one of " + ", ".join(names)))
+        return _usage_error(f"argument --only: unknown {'zoo bug' if zoo else 'mutant'} "
+                            f"{only!r}{hint}; expected one of " + ", ".join(names))
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not (
-            0 < budget_s <= 3600):
-        return _usage_error(console, f"--budget: expected seconds in (0, 3600], got {budget_s!r}")
+            0 < budget_s <= MAX_BUDGET_S):  # also refuses nan
+        return _usage_error(f"argument --budget: expected seconds in (0, {MAX_BUDGET_S:g}], "
+                            f"got {budget_s!r}")
     if list_only:
         if zoo:
             table = Table(title="kvpocket bug zoo")
-            for col in ("bug", "origin", "hazard", "what went wrong upstream", "counterpart",
-                        "switch"):
+            _name_column(table, "bug", ZOO)
+            for col in ("origin", "hazard", "what went wrong upstream", "counterpart", "switch"):
                 table.add_column(col, overflow="fold")
             for b in ZOO.values():
                 table.add_row(b.name, escape(b.origin), b.hazard, escape(b.description),
                               escape(b.counterpart), escape(b.switch))
         else:
             table = Table(title="kvpocket mutants")
-            for col in ("mutant", "layer", "bug", "modelled on", "switch"):
+            _name_column(table, "mutant", MUTANTS)
+            for col in ("layer", "bug", "modelled on", "switch"):
                 table.add_column(col, overflow="fold")
             for m in MUTANTS.values():
                 table.add_row(m.name, m.layer, escape(m.description), escape(m.modelled_on),
@@ -463,20 +486,27 @@ def run_mutants(only: str | None, budget_s: float, json_path: str | None,
     chosen = [only] if only else names
     results: list[MutantResult] = []
     t_all = time.monotonic()
-    for name in chosen:
-        if zoo:
-            console.print(f"[dim]zoo bug {name} ({escape(ZOO[name].origin)}), default "
-                          f"campaign...[/dim]")
-            results.append(run_zoo_bug(ZOO[name], budget_s))
-            continue
-        m = MUTANTS[name]
-        console.print(f"[dim]mutant {m.name} ({m.layer}, {m.preset}/{m.policy})...[/dim]")
-        results.append(run_mutant(m, budget_s))
+    if not zoo and not torch_available():
+        console.print(TORCH_MISSING, markup=False)
+    interrupted = False
+    try:
+        for name in chosen:
+            if zoo:
+                console.print(f"[dim]zoo bug {name} ({escape(ZOO[name].origin)}), default "
+                              f"campaign...[/dim]")
+                results.append(run_zoo_bug(ZOO[name], budget_s))
+                continue
+            m = MUTANTS[name]
+            console.print(f"[dim]mutant {m.name} ({m.layer}, {m.preset}/{m.policy})...[/dim]")
+            results.append(run_mutant(m, budget_s))
+    except KeyboardInterrupt:  # the mutants that finished are reported, marked interrupted
+        interrupted = True
+        console.print(f"[yellow bold]INTERRUPTED[/] after {len(results)} of {len(chosen)}")
     killed = sum(r.killed for r in results)
     # The zoo runs the default campaign only: no attention scenario, no Z3 column.
     detectors = DETECTORS[:4] if zoo else DETECTORS
     table = Table(title="kill matrix" + (" (bug zoo, default campaign)" if zoo else ""))
-    table.add_column("mutant")
+    _name_column(table, "mutant", {r.name: r for r in results})
     if zoo:
         table.add_column("origin", overflow="fold")
         table.add_column("hazard", overflow="fold")
@@ -500,16 +530,26 @@ def run_mutants(only: str | None, budget_s: float, json_path: str | None,
     if lengths:
         summary += f"; shrunk trace median {statistics.median(lengths):g}, worst {max(lengths)} steps"
     console.print(summary + f"; total {time.monotonic() - t_all:.0f} s", highlight=False)
+    if any(r.attention == "skipped" for r in results):
+        console.print(TORCH_MISSING, markup=False)
     for r in results:
         if not r.killed:
             console.print(f"[red]survived:[/red] {r.name}: {escape(r.campaign)}; "
                           f"z3 {escape(str(r.z3 or 'n/a'))}")
     if json_path:
         data = {"kind": "zoo" if zoo else "seeded", "killed": killed, "total": len(results),
-                "mutants": [r.to_json() for r in results]}
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(data, indent=2) + "\n")
+                "interrupted": interrupted, "mutants": [r.to_json() for r in results]}
+        write_atomic(json_path, json.dumps(data, indent=2) + "\n")
+    if interrupted:
+        return 130
     return 0 if killed == len(results) else 1
+
+
+def _name_column(table: Any, title: str, names: Any) -> None:
+    """A name column that is never broken in the middle of a name (other columns wrap at
+    spaces instead, on a narrow terminal or a pipe's 80 columns)."""
+    width = max([len(title), *(len(str(n)) for n in names)])
+    table.add_column(title, no_wrap=True, min_width=width)
 
 
 def _mark(r: MutantResult, detector: str) -> str:
@@ -517,6 +557,8 @@ def _mark(r: MutantResult, detector: str) -> str:
         return "[green]killed[/green]"
     if detector == "attention" and r.attention == "missed":
         return "[yellow]missed[/yellow]"
+    if detector == "attention" and r.attention == "skipped":
+        return "[dim]skipped[/dim]"
     if detector == "z3" and r.z3:
         return "[yellow]" + ("n/a" if all(v.startswith("n/a") for v in r.z3.values())
                              else "missed") + "[/yellow]"

@@ -20,6 +20,7 @@ from kvpocket.impl.exceptions import KVPocketError
 from kvpocket.impl.kvcache import KVCache
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.model.config import KVConfig, SeqStatus
+from kvpocket.verify.traces.trace import atomic_output
 
 
 @dataclass
@@ -30,6 +31,9 @@ class RecordStats:
     popped: int = 0
     refused: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
+
+
+KEPT_SEQUENCES = 256  # handles a workload keeps: closed ones serve misuse and prefix reuse
 
 
 class Workload:
@@ -70,6 +74,16 @@ class Workload:
         h = min(kv.history + 1, self.cfg.max_capacity - 1)
         self._call("decode", kv.resize, max(kv.capacity, h + 1), h)
 
+    def _forget_closed(self) -> None:
+        """Keep at most KEPT_SEQUENCES handles (the oldest closed ones go first), so a long
+        recording runs in bounded memory and time; short ones never reach the bound."""
+        if len(self.seqs) <= KEPT_SEQUENCES:
+            return
+        for sid in [s for s, kv in self.seqs.items() if kv.status is SeqStatus.CLOSED]:
+            del self.seqs[sid]
+            if len(self.seqs) <= KEPT_SEQUENCES:
+                return
+
     # ---- rules -------------------------------------------------------------------------
     def create(self) -> None:
         if len(self._open()) >= self.cfg.num_sequences:
@@ -84,6 +98,7 @@ class Workload:
         kv = self._call("create", self.mgr.create, sid, prompt)
         if isinstance(kv, KVCache):
             self.seqs[sid] = kv
+            self._forget_closed()
             self._call("resume", kv.resume)
 
     def step(self) -> None:
@@ -153,7 +168,16 @@ class Workload:
 
 def record(cfg: KVConfig, steps: int, seed: int, out: str | Path | TextIO) -> RecordStats:
     """Run `steps` workload steps on a fresh manager (NumPy, streams advanced explicitly)
-    and write its event log to `out`."""
+    and write its event log, ended by its end marker, to `out`. A file is written whole
+    or not at all: the log goes to a temporary file beside it, renamed over `out` only
+    when complete, so an interrupted run leaves any earlier file as it was."""
+    if not isinstance(out, (str, Path)):
+        return _record(cfg, steps, seed, out)
+    with atomic_output(out) as f:
+        return _record(cfg, steps, seed, f)
+
+
+def _record(cfg: KVConfig, steps: int, seed: int, out: TextIO) -> RecordStats:
     mgr = KVCacheManager(cfg, backend="numpy", slot_elems=max(8, cfg.tokens_per_block),
                          backend_options={"eager": False}, event_log=out)
     w = Workload(mgr, random.Random(seed))

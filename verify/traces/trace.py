@@ -7,23 +7,34 @@ API-level actions are those of the API table (`model.api.API`, in the lockstep's
 `adapter.alphabet()`); page-level ones are the model's page actions. Choices are the
 model's (BMC counterexamples record them); fuzz traces leave them out, since the
 implementation makes its own.
+The last line is the end marker, {"kvpocket_end": N, "digest": "sha256:..."}: the number
+of action lines and the SHA-256 of the header and action lines as written (each followed
+by a newline). A file without it was cut short (or predates markers: `allow_unterminated`).
 Malformed files raise `TraceError` naming the file and line.
 
 Event logs (`"kind": "events"` in the header) extend this format for integrators: the
 same header and action lines, with the manager's own sequence ids, `commit` carrying
 its `"tokens"`, choices as labels, and optional `"result"` and `"observed"` fields. They
 are parsed by `parse_events`/`read_events` and checked by `tracecheck.py`; the format is
-documented in docs/adapter-guide.md.
+documented in docs/adapter-guide.md. They end with the same end marker (written by the
+manager's `shutdown`). Files are read one line at a time (`open_events` streams an event
+log in bounded memory).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+import re
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from kvpocket.model import errors as model_errors
 from kvpocket.model.api import API
 from kvpocket.model.config import ConfigError, KVConfig
 from kvpocket.model.executor import RecordedChooser
@@ -32,10 +43,45 @@ from kvpocket.verify.traces.alphabet import check_params
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
+END_KEY = "kvpocket_end"  # the end marker: {"kvpocket_end": N, "digest": "sha256:..."}
+MAX_ABS_INT = 2**63  # every integer in a trace or log is a signed 64-bit value
+LONG_NUMBER = re.compile(r"\d{19}")  # 2**63 has 19 digits: a shorter number is in range
+UNTERMINATED_HINT = ("a file written before end markers existed can be read with "
+                     "--allow-unterminated")
 
 
 class TraceError(ValueError):
     """A malformed trace: the message names the line and what is wrong."""
+
+
+class EndDigest:
+    """The end marker's running count and digest: SHA-256 over the header line and every
+    action/event line, each as written (without its newline) followed by "\n"."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+        self.count = -1  # the header is not counted
+
+    def add(self, line: str) -> None:
+        self._h.update(line.encode("utf-8") + b"\n")
+        self.count += 1
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + self._h.hexdigest()
+
+    def marker(self) -> str:
+        """The end line for what was added so far."""
+        return json.dumps({END_KEY: max(self.count, 0), "digest": self.digest})
+
+
+def with_end_marker(lines: Iterable[str]) -> list[str]:
+    """`lines` (a header and action/event lines, without newlines) and their end marker."""
+    out = [ln for ln in lines if ln.strip()]
+    d = EndDigest()
+    for ln in out:
+        d.add(ln)
+    return [*out, d.marker()]
 
 
 @dataclass
@@ -61,31 +107,261 @@ class Trace:
     eager: bool = False  # the stream simulator runs work only when a step advances it
 
     def lines(self) -> Iterator[str]:
+        """The header, one line per step, and the end marker."""
         header = {"kvpocket_trace": TRACE_VERSION, "config": self.config.to_json(),
                   "source": self.source, "policy": self.policy or self.config.pocket.policy.value,
                   "backend": self.backend, "eager": self.eager, **self.extra}
-        yield json.dumps(header)
-        for s in self.steps:
-            yield json.dumps(s.to_json())
+        digest = EndDigest()
+        for line in (json.dumps(header), *(json.dumps(s.to_json()) for s in self.steps)):
+            digest.add(line)
+            yield line
+        yield digest.marker()
 
     def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(self.lines()) + "\n")
+        """Write the whole trace or nothing (a temporary file beside it, then a rename)."""
+        write_atomic(path, "\n".join(self.lines()) + "\n")
 
 
-def parse_trace(lines: Iterable[str], name: str = "trace") -> Trace:
-    rows = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
-    if not rows:
-        raise TraceError(f"{name}: the trace is empty (expected a header line)")
-    header, cfg = _header(rows[0], name)
-    if header.get("kind") == EVENTS_KIND:
-        raise TraceError(f"{name}:{rows[0][0]}: this is an event log; check it with "
-                         "`kvpocket trace check`")
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write a whole file or nothing: a temporary file in the same folder, then a rename,
+    so a reader never sees half a file and an interrupted write leaves the old one."""
+    with atomic_output(path) as f:
+        f.write(text)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[TextIO]:
+    """A text file to write `path` through: a temporary file in the same folder, renamed
+    over `path` when the block ends normally, removed when it raises (Ctrl-C included).
+    The new file gets the old one's permissions, or the usual ones (umask applied)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _mode_for(path))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+# ---- reading: lines, the header, the end marker ------------------------------------------
+
+Row = tuple[int, str, bool]  # (line number, text without its newline, ended by a newline)
+
+
+def _memory_rows(lines: Iterable[str]) -> Iterator[Row]:
+    for i, ln in enumerate(lines):
+        yield i + 1, ln.rstrip("\r\n"), True
+
+
+def _file_rows(path: Path, what: str) -> Iterator[Row]:
+    """The file's lines, read one at a time (bounded memory for any length of log)."""
+    try:
+        f = path.open("rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    with f:
+        lineno = 0
+        try:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise TraceError(f"{path}:{lineno}: the {what} is not UTF-8 text") from None
+                yield lineno, text.rstrip("\r\n"), text.endswith("\n")
+        except OSError as exc:
+            raise TraceError(f"{path}:{lineno + 1}: cannot read the {what} ({exc.strerror})"
+                             ) from None
+
+
+class _Framing:
+    """Reads a trace or log: the header, then each body line, checking the end marker.
+
+    A missing end marker (a file cut at a line boundary, or written before markers
+    existed) is reported as truncation naming the last line read, unless
+    `allow_unterminated`. A marker whose count or digest disagrees with the lines above it,
+    or any line after it, is an error too."""
+
+    def __init__(self, rows: Iterator[Row], name: str, what: str,
+                 allow_unterminated: bool) -> None:
+        self.rows, self.name, self.what = rows, name, what
+        self.allow_unterminated = allow_unterminated
+        self.digest = EndDigest()
+        self.last_line = 0
+        self.terminated = False
+        self.header_line = 1
+
+    def _nonblank(self) -> Iterator[tuple[int, str, bool]]:
+        for lineno, text, complete in self.rows:
+            if text.strip():
+                yield lineno, text, complete
+
+    def header(self) -> tuple[dict[str, Any], KVConfig]:
+        self._it = self._nonblank()
+        first = next(self._it, None)
+        if first is None:
+            raise TraceError(f"{self.name}: the {self.what} is empty (expected a header line)")
+        lineno, text, complete = first
+        self.header_line = self.last_line = lineno
+        header = self._parse(lineno, text, complete)
+        if not isinstance(header, dict) or header.get("kvpocket_trace") != TRACE_VERSION:
+            raise TraceError(f"{self.name}:{lineno}: not a kvpocket trace header (expected "
+                             f"{{\"kvpocket_trace\": {TRACE_VERSION}, \"config\": ...}})")
+        cfg = _header_config(header, f"{self.name}:{lineno}")
+        self.digest.add(text)
+        return header, cfg
+
+    def body(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(line number, object) for each action/event line; checks the end at the end."""
+        for lineno, text, complete in self._it:
+            obj = self._parse(lineno, text, complete)
+            if self.terminated:
+                raise TraceError(f"{self.name}:{lineno}: a line after the end marker "
+                                 f"(line {self.last_line})")
+            self.last_line = lineno
+            if isinstance(obj, dict) and END_KEY in obj:
+                self._check_end(lineno, obj)
+                self.terminated = True
+                continue
+            if isinstance(obj, dict) and "kvpocket_trace" in obj:
+                raise TraceError(f"{self.name}:{lineno}: a second header (the header is "
+                                 f"line {self.header_line})")
+            if not isinstance(obj, dict):
+                raise TraceError(f"{self.name}:{lineno}: expected a JSON object, got "
+                                 f"{type(obj).__name__}")
+            for key in ("action", "params"):
+                if key not in obj:
+                    raise TraceError(f"{self.name}:{lineno}: missing field '{key}'")
+            if LONG_NUMBER.search(text):  # 19+ digits: maybe beyond 64 bits, look closer
+                _check_ints(obj, f"{self.name}:{lineno}")
+            self.digest.add(text)
+            yield lineno, obj
+        if not self.terminated and not self.allow_unterminated:
+            raise TraceError(
+                f"{self.name}:{self.last_line}: the {self.what} is truncated: no end marker "
+                f"after line {self.last_line}, the last line read ({_count(self.digest.count, self.what)}"
+                " read); "
+                + UNTERMINATED_HINT)
+
+    def _check_end(self, lineno: int, obj: dict[str, Any]) -> None:
+        where = f"{self.name}:{lineno}"
+        n, digest = obj.get(END_KEY), obj.get("digest")
+        if not _is_int(n) or not isinstance(digest, str) or set(obj) != {END_KEY, "digest"}:
+            raise TraceError(f"{where}: a malformed end marker (expected "
+                             f"{{\"{END_KEY}\": N, \"digest\": \"sha256:...\"}})")
+        if n != self.digest.count:
+            raise TraceError(f"{where}: the end marker counts {n} lines, the {self.what} "
+                             f"holds {self.digest.count}: lines are missing or were added")
+        if digest != self.digest.digest:
+            raise TraceError(f"{where}: the end marker's digest does not match the lines "
+                             f"above it: the {self.what} was altered")
+
+    def _parse(self, lineno: int, text: str, complete: bool) -> Any:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            if not complete:  # a writer that died mid-line leaves a truncated last line
+                raise TraceError(f"{self.name}:{lineno}: the {self.what} is truncated (last "
+                                 "line is incomplete)") from None
+            raise TraceError(f"{self.name}:{lineno}: invalid JSON: {exc.msg} (column "
+                             f"{exc.colno})") from None
+        except RecursionError:
+            raise TraceError(f"{self.name}:{lineno}: invalid JSON: nested too deeply"
+                             ) from None
+
+
+def _count(n: int, what: str) -> str:
+    noun = "event" if what == "event log" else "step"
+    return f"{max(n, 0)} {noun}{'' if n == 1 else 's'}"
+
+
+def _check_ints(obj: Any, where: str, depth: int = 0) -> None:
+    """Every integer fits a signed 64-bit value (2**70 is no slot, sequence or length)."""
+    if _is_int(obj):
+        if not -MAX_ABS_INT <= obj < MAX_ABS_INT:
+            raise TraceError(f"{where}: the integer {obj} is out of range (a signed 64-bit "
+                             "value is expected)")
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _check_ints(v, where, depth + 1)
+    elif isinstance(obj, list):
+        for v in obj:
+            _check_ints(v, where, depth + 1)
+
+
+def _header_config(header: dict[str, Any], where: str) -> KVConfig:
+    raw = header.get("config")
+    if not isinstance(raw, dict):
+        raise TraceError(f"{where}: header field \"config\" must be a configuration object, "
+                         f"got {raw!r}")
+    missing = [k for k in CONFIG_KEYS if k not in raw]
+    if missing:
+        raise TraceError(f"{where}: header field \"config\" lacks {', '.join(missing)}")
+    try:
+        return KVConfig.from_json(raw)
+    except ConfigError as exc:
+        raise TraceError(f"{where}: header field \"config\": {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TraceError(f"{where}: header field \"config\": {exc}") from None
+
+
+def _error_categories() -> tuple[str, ...]:
+    """What an event's `{"error": ...}` may name: a usage-error category of the model, or
+    the class name of an implementation error that has none (`eventlog.error_category`)."""
+    from kvpocket.impl import exceptions
+
+    cats = {c.category for c in vars(model_errors).values()
+            if isinstance(c, type) and issubclass(c, model_errors.UsageError)}
+    cats |= {name for name, c in vars(exceptions).items()
+             if isinstance(c, type) and issubclass(c, Exception)}
+    return tuple(sorted(cats))
+
+
+ERROR_CATEGORIES = _error_categories()
+CONFIG_KEYS = ("tokens_per_block", "life_cycles", "slots_per_level", "num_sequences",
+               "max_blocks", "pocket")
+BACKENDS = ("numpy", "cupy")
+
+
+def parse_trace(lines: Iterable[str], name: str = "trace", allow_unterminated: bool = True
+                ) -> Trace:
+    """Parse a trace held in memory (a file: `read_trace`, which wants the end marker)."""
+    return _parse_trace(_memory_rows(lines), name, allow_unterminated)
+
+
+def _parse_trace(rows: Iterator[Row], name: str, allow_unterminated: bool) -> Trace:
+    frame = _Framing(rows, name, "trace", allow_unterminated)
+    header, cfg = frame.header()
+    where = f"{name}:{frame.header_line}"
+    kind = header.get("kind")
+    if kind == EVENTS_KIND:
+        raise TraceError(f"{where}: this is an event log; check it with `kvpocket trace check`")
+    if kind is not None:
+        raise TraceError(f"{where}: header field \"kind\": a trace has none (an event log "
+                         f"has \"{EVENTS_KIND}\"), got {kind!r}")
+    backend = header.get("backend", "numpy")
+    if backend not in BACKENDS:
+        raise TraceError(f"{where}: header field \"backend\": expected numpy or cupy, "
+                         f"got {backend!r}")
     steps = []
-    for lineno, text in rows[1:]:
-        obj = _step_object(lineno, text, name)
+    for lineno, obj in frame.body():
         layer = obj.get("layer", "api")
-        params = obj.get("params", {})
+        params = obj["params"]
         if layer not in ("api", "page"):
             raise TraceError(f"{name}:{lineno}: layer must be \"api\" or \"page\", got {layer!r}")
         if not isinstance(params, dict):
@@ -95,15 +371,44 @@ def parse_trace(lines: Iterable[str], name: str = "trace") -> Trace:
                 check_params(obj["action"], params)
             except ValueError as exc:
                 raise TraceError(f"{name}:{lineno}: {exc}") from None
+            seq = params.get("seq")
+            if isinstance(seq, int) and not -1 <= seq <= cfg.num_sequences:
+                raise TraceError(f"{name}:{lineno}: parameter 'seq' is {seq}; the header's "
+                                 f"config has {cfg.num_sequences} sequences (a trace may name "
+                                 f"-1 to {cfg.num_sequences} to test misuse)")
+        else:
+            _check_page_step(obj["action"], params, cfg, f"{name}:{lineno}")
         choices = obj.get("choices", [])
         if not isinstance(choices, list) or not all(
-                isinstance(c, list) and len(c) == 2 for c in choices):
-            raise TraceError(f"{name}:{lineno}: \"choices\" must be a list of [kind, value] pairs")
+                isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) and _is_int(c[1])
+                for c in choices):
+            raise TraceError(f"{name}:{lineno}: \"choices\" must be a list of [kind, value] "
+                             "pairs, each value an int")
         steps.append(TraceStep(obj["action"], params, layer, [(c[0], c[1]) for c in choices]))
     known = {"kvpocket_trace", "config", "source", "policy", "backend", "eager"}
     return Trace(cfg, steps, str(header.get("source", "unknown")), str(header.get("policy", "")),
                  {k: v for k, v in header.items() if k not in known},
-                 str(header.get("backend", "numpy")), bool(header.get("eager", False)))
+                 str(backend), bool(header.get("eager", False)))
+
+
+def _check_page_step(action: object, params: dict[str, Any], cfg: KVConfig, where: str
+                     ) -> None:
+    """A page-layer step: a page action of the model, its parameters by name, each an
+    int in the parameter's domain for the header's configuration."""
+    from kvpocket.model.pages import PAGE_ACTIONS
+
+    if not isinstance(action, str) or action not in PAGE_ACTIONS:
+        raise TraceError(f"{where}: unknown page action {action!r}; expected one of "
+                         + ", ".join(PAGE_ACTIONS))
+    want = {prm.name: prm for prm in PAGE_ACTIONS[action].params}
+    if set(params) != set(want):
+        raise TraceError(f"{where}: page action '{action}' takes parameters {sorted(want)}, "
+                         f"got {sorted(params)}")
+    for k, v in params.items():
+        domain = want[k].domain(cfg)
+        if not _is_int(v) or v not in domain:
+            raise TraceError(f"{where}: parameter '{k}' of page action '{action}' must be an "
+                             f"int in [{domain.start}, {domain.stop - 1}], got {v!r}")
 
 
 def write_trace(path: str | Path, trace: Trace) -> Path:
@@ -112,60 +417,10 @@ def write_trace(path: str | Path, trace: Trace) -> Path:
     return p
 
 
-def read_trace(path: str | Path) -> Trace:
+def read_trace(path: str | Path, allow_unterminated: bool = False) -> Trace:
+    """Read a trace file; it must end with its end marker unless `allow_unterminated`."""
     path = Path(path)
-    return parse_trace(_read_lines(path, "trace"), str(path))
-
-
-def _read_lines(path: Path, what: str) -> list[str]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read the {what} ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: the {what} is not UTF-8 text") from None
-    if text and not text.endswith("\n"):
-        # A writer that died mid-line leaves a truncated last line: say so precisely.
-        last = text.rsplit("\n", 1)[-1]
-        try:
-            json.loads(last)
-        except json.JSONDecodeError:
-            n = text.count("\n") + 1
-            raise TraceError(f"{path}:{n}: the {what} is truncated (last line is incomplete)"
-                             ) from None
-    return text.splitlines()
-
-
-def _header(row: tuple[int, str], name: str) -> tuple[dict[str, Any], KVConfig]:
-    header = _json(row, name)
-    if not isinstance(header, dict) or header.get("kvpocket_trace") != TRACE_VERSION:
-        raise TraceError(f"{name}:{row[0]}: not a kvpocket trace header "
-                         f"(expected {{\"kvpocket_trace\": {TRACE_VERSION}, \"config\": ...}})")
-    try:
-        cfg = KVConfig.from_json(header.get("config"))
-    except ConfigError as exc:
-        raise TraceError(f"{name}:{row[0]}: {exc}") from None
-    return header, cfg
-
-
-def _json(row: tuple[int, str], name: str) -> Any:
-    lineno, text = row
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{name}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
-                         ) from None
-
-
-def _step_object(lineno: int, text: str, name: str) -> dict[str, Any]:
-    """One line of a trace or event log: a JSON object with `action` and `params`."""
-    obj = _json((lineno, text), name)
-    if not isinstance(obj, dict):
-        raise TraceError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-    for key in ("action", "params"):
-        if key not in obj:
-            raise TraceError(f"{name}:{lineno}: missing field '{key}'")
-    return obj
+    return _parse_trace(_file_rows(path, "trace"), str(path), allow_unterminated)
 
 
 def run_api_step(model: Model, step: TraceStep) -> RecordedChooser:
@@ -244,33 +499,73 @@ class ParsedEventLog:
     header_line: int = 1
 
 
-def parse_events(lines: Iterable[str], name: str = "event log") -> ParsedEventLog:
-    """Parse an event log; `TraceError` names the line of the first malformed event."""
-    rows = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
-    if not rows:
-        raise TraceError(f"{name}: the event log is empty (expected a header line)")
-    header, cfg = _header(rows[0], name)
-    events = [_event(lineno, text, name) for lineno, text in rows[1:]]
-    return ParsedEventLog(cfg, events, str(header.get("source", "unknown")),
-                    str(header.get("policy", "")), rows[0][0])
+def parse_events(lines: Iterable[str], name: str = "event log",
+                 allow_unterminated: bool = True) -> ParsedEventLog:
+    """Parse an event log held in memory; `TraceError` names the line of the first
+    malformed event. (A file: `read_events`, or `open_events` to stream it.)"""
+    stream = EventStream(_memory_rows(lines), name, allow_unterminated)
+    return ParsedEventLog(stream.config, list(stream), stream.source, stream.policy,
+                          stream.header_line)
 
 
-def read_events(path: str | Path) -> ParsedEventLog:
+def read_events(path: str | Path, allow_unterminated: bool = False) -> ParsedEventLog:
+    """Read a whole event log file (it must end with its end marker unless
+    `allow_unterminated`); a long log is better streamed with `open_events`."""
+    return ParsedEventLog(**_fields(open_events(path, allow_unterminated)))
+
+
+def _fields(stream: EventStream) -> dict[str, Any]:
+    events = list(stream)
+    return {"config": stream.config, "events": events, "source": stream.source,
+            "policy": stream.policy, "header_line": stream.header_line}
+
+
+def open_events(path: str | Path, allow_unterminated: bool = False) -> EventStream:
+    """An event log file read one line at a time: the header now, each event as iterated
+    (memory stays bounded whatever the file's length)."""
     path = Path(path)
-    return parse_events(_read_lines(path, "event log"), str(path))
+    return EventStream(_file_rows(path, "event log"), str(path), allow_unterminated)
+
+
+class EventStream:
+    """The header of an event log, and its events one at a time (`for ev in stream`).
+    Iterating to the end checks the end marker; `line` is the last line read."""
+
+    def __init__(self, rows: Iterator[Row], name: str, allow_unterminated: bool) -> None:
+        self.name = name
+        self._frame = _Framing(rows, name, "event log", allow_unterminated)
+        header, self.config = self._frame.header()
+        self.header_line = self._frame.header_line
+        where = f"{name}:{self.header_line}"
+        kind = header.get("kind")
+        if kind != EVENTS_KIND:
+            got = "none" if kind is None else repr(kind)
+            hint = " (a lockstep trace: replay it with `kvpocket replay`)" if kind is None else ""
+            raise TraceError(f"{where}: header field \"kind\": expected \"{EVENTS_KIND}\", "
+                             f"got {got}{hint}")
+        self.source = str(header.get("source", "unknown"))
+        self.policy = str(header.get("policy", ""))
+
+    @property
+    def line(self) -> int:
+        return self._frame.last_line
+
+    def __iter__(self) -> Iterator[Event]:
+        known = event_params()
+        for lineno, obj in self._frame.body():
+            yield _event(lineno, obj, self.name, known)
 
 
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _event(lineno: int, text: str, name: str) -> Event:
+def _event(lineno: int, obj: dict[str, Any], name: str,
+           known: dict[str, tuple[str, ...]]) -> Event:
     where = f"{name}:{lineno}"
-    obj = _step_object(lineno, text, name)
     action, params = obj["action"], obj["params"]
     if obj.get("layer", "api") != "api":
         raise TraceError(f"{where}: event logs hold API events only (layer \"api\")")
-    known = event_params()
     if action not in known:
         raise TraceError(f"{where}: unknown action {action!r}; expected one of "
                          + ", ".join(known))
@@ -289,6 +584,8 @@ def _event(lineno: int, text: str, name: str) -> Event:
             continue
         elif not _is_int(v):
             raise TraceError(f"{where}: parameter '{k}' must be an int, got {v!r}")
+        elif k == "seq" and v < 0:
+            raise TraceError(f"{where}: parameter 'seq' must be a sequence id >= 0, got {v}")
     ev = Event(lineno, action, params)
     if "choices" in obj:
         ev.choices = _choices(obj["choices"], where)
@@ -299,6 +596,9 @@ def _event(lineno: int, text: str, name: str) -> Event:
         if not ok:
             raise TraceError(f"{where}: \"result\" must be true, false, null or "
                              f"{{\"error\": CATEGORY}}, got {r!r}")
+        if isinstance(r, dict) and r["error"] not in ERROR_CATEGORIES:
+            raise TraceError(f"{where}: \"result\": unknown error category {r['error']!r}; "
+                             "expected one of " + ", ".join(ERROR_CATEGORIES))
         ev.result = r
     if "observed" in obj:
         ev.observed = _observed(obj["observed"], where)

@@ -10,6 +10,8 @@ that touched the same slots.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +20,11 @@ from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
 from kvpocket.model.executor import RecordedChooser, Step
 from kvpocket.model.machine import Model
 from kvpocket.model.state import State
-from kvpocket.verify.traces.trace import NO_RESULT, Event, ParsedEventLog
+from kvpocket.verify.traces.trace import NO_RESULT, Event, EventStream, ParsedEventLog
 
 Where = tuple[int, int, int]
+HISTORY = 12  # earlier events shown per report (and kept per location)
+PROGRESS_EVERY = 5000
 
 
 class ConfigTooSmall(Exception):
@@ -62,7 +66,10 @@ class EventChecker:
         self.cfg = cfg
         self.model = Model(cfg)
         self.slot_of: dict[int, int] = {}  # the log's sequence id -> model sequence slot
-        self.past: list[_Past] = []
+        # The last HISTORY events that touched each location (all a report can show), so a
+        # long log is checked in bounded memory; `touches` counts every event per location.
+        self.past: dict[Where, deque[_Past]] = {}
+        self.touches: dict[Where, int] = {}
         self.retired: set[int] = set()  # closed ids whose model slot was reused
 
     # ---- sequences -------------------------------------------------------------------
@@ -183,9 +190,14 @@ class EventChecker:
 
     def _note(self, ev: Event, touched: list[tuple[str, set[Where]]],
               value: object = NO_RESULT) -> None:
+        if not touched:
+            return  # an event that touched no location is in no location's history
         shown = ev.result if ev.result is not NO_RESULT else value
         text = ev.describe() + ("" if shown is NO_RESULT else f" -> {_show(shown)}")
-        self.past.append(_Past(ev.line, text, touched))
+        past = _Past(ev.line, text, touched)
+        for w in set().union(*(locs for _, locs in touched)):
+            self.past.setdefault(w, deque(maxlen=HISTORY)).append(past)
+            self.touches[w] = self.touches.get(w, 0) + 1
 
     # ---- observed state ---------------------------------------------------------------
     def _check_observed(self, ev: Event, focus: set[Where]) -> None:
@@ -272,23 +284,31 @@ class EventChecker:
         return ["the model's page actions in this event before it stopped:",
                 *(f"  {x}" for x in shown or [st.action for st in steps])]
 
-    def history(self, focus: set[Where], limit: int = 12) -> list[str]:
-        """Every earlier event that touched a location in `focus` (the last `limit`)."""
-        entries: list[list[str]] = []
-        for past in self.past:
-            hits = [d for d, locs in past.touched if locs & focus]
-            if hits:
-                entries.append([f"  line {past.line}: {past.text}",
-                                *(f"      {d}" for d in hits)])
-        head = [f"  ... {len(entries) - limit} earlier events"] if len(entries) > limit else []
+    def history(self, focus: set[Where], limit: int = HISTORY) -> list[str]:
+        """The earlier events that touched a location in `focus` (the last `limit`)."""
+        found = {id(p): p for w in focus for p in self.past.get(w, ())}
+        events = sorted(found.values(), key=lambda p: p.line)
+        entries = [[f"  line {p.line}: {p.text}",
+                    *(f"      {d}" for d, locs in p.touched if locs & focus)] for p in events]
+        more = len(entries) > limit or any(
+            self.touches.get(w, 0) > len(self.past.get(w, ())) for w in focus)
+        head = ["  ... and earlier events"] if more else []
         return head + [x for e in entries[-limit:] for x in e]
 
 
-def check_events(log: ParsedEventLog, cfg: KVConfig | None = None, name: str = "event log"
+def check_events(log: ParsedEventLog | EventStream, cfg: KVConfig | None = None,
+                 name: str = "event log", progress: Callable[[int], None] | None = None
                  ) -> TraceVerdict:
-    """Check every event of `log` (on `cfg`, default the log's own configuration)."""
+    """Check every event of `log` (on `cfg`, default the log's own configuration). A
+    stream (`open_events`) is checked as it is read, in bounded memory; a malformed line
+    or a missing end marker raises `TraceError` when it is reached. `progress` is called
+    with the number of events checked, every PROGRESS_EVERY events."""
     checker = EventChecker(cfg or log.config)
-    for n, ev in enumerate(log.events, 1):
+    events: Iterable[Event] = log.events if isinstance(log, ParsedEventLog) else log
+    n = 0
+    for n, ev in enumerate(events, 1):
+        if progress is not None and n % PROGRESS_EVERY == 0:
+            progress(n)
         try:
             checker.step(ev)
         except _Failure as f:
@@ -300,7 +320,7 @@ def check_events(log: ParsedEventLog, cfg: KVConfig | None = None, name: str = "
                              "as [level, pool_group, slot]):")
                 lines.extend(hist or ["  (no earlier event touched them)"])
             return TraceVerdict(False, n, ev.line, f.kind, "\n".join(lines))
-    return TraceVerdict(True, len(log.events))
+    return TraceVerdict(True, n)
 
 
 def _show(v: object) -> str:

@@ -1,0 +1,95 @@
+"""Invariant checking that re-evaluates only what a step could have changed.
+
+Invariant definitions never branch in Python on state values (`logic.py`: Z3 reads
+them too), so the `State` fields a definition reads depend on the layout alone. They
+are recorded once per layout by evaluating each definition on a state that notes every
+field access. A `State` is immutable and an action replaces only the fields it writes,
+so when every field an invariant read is the very same object as at its last check,
+and it held then, it holds now: it is skipped. A violated invariant is re-checked at
+every call, so it is reported as long as it stays violated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from .config import KVConfig
+from .fastcheck import FAST
+from .invariants import INVARIANTS, Invariant, Scope, in_scope
+from .logic import CONCRETE
+from .state import STATE_FIELDS, Layout, State
+
+
+class _ReadRecorder:
+    """Stands in for a `State` and notes which fields are read."""
+
+    def __init__(self, s: State) -> None:
+        self._s = s
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.read.add(name)
+        return getattr(self._s, name)
+
+
+_FIELDS_READ: dict[KVConfig, dict[str, tuple[str, ...]]] = {}
+
+
+def fields_read(lay: Layout) -> dict[str, tuple[str, ...]]:
+    """Per invariant, the `State` fields its definition reads under this layout (computed
+    once per configuration: a campaign builds a model per example)."""
+    known = _FIELDS_READ.get(lay.cfg)
+    if known is not None:
+        return known
+    out: dict[str, tuple[str, ...]] = {}
+    for inv in INVARIANTS:
+        rec = _ReadRecorder(lay.initial_state())
+        inv.predicate(CONCRETE, lay, rec)  # type: ignore[arg-type]
+        out[inv.name] = tuple(sorted(rec.read))
+    _FIELDS_READ[lay.cfg] = out
+    return out
+
+
+class IncrementalChecker:
+    """`violated(...)` for a run of states, skipping invariants whose inputs are unchanged.
+
+    Each call compares the new state with the one checked last, field by field (by
+    identity), once; an invariant that held last time and reads none of the changed
+    fields holds still. (If it was skipped last time, it held the time before and its
+    fields did not change since: by induction it held last time too.)
+    """
+
+    def __init__(self, lay: Layout) -> None:
+        self.lay = lay
+        self.reads = {name: frozenset(fields) for name, fields in fields_read(lay).items()}
+        # Each invariant's check on plain values: its one-pass companion where there is one
+        # (`fastcheck.py`, tested to agree exactly), else its definition.
+        self._checks: dict[str, Callable[[State], object]] = {
+            inv.name: (partial(FAST[inv.name], lay) if inv.name in FAST
+                       else partial(inv.predicate, CONCRETE, lay)) for inv in INVARIANTS}
+        self._last: State | None = None
+        self._held: set[str] = set()  # invariants that held in `_last`
+        self.skipped = 0
+        self.evaluated = 0
+
+    def violated(self, s: State, scope: Scope | None = None) -> list[Invariant]:
+        last = self._last
+        changed = (frozenset(STATE_FIELDS) if last is None else
+                   frozenset(f for f in STATE_FIELDS if getattr(s, f) is not getattr(last, f)))
+        held = set() if last is None else {n for n in self._held if not self.reads[n] & changed}
+        bad: list[Invariant] = []
+        for inv in INVARIANTS:
+            if not in_scope(inv, scope):
+                continue
+            if inv.name in held:
+                self.skipped += 1
+                continue
+            self.evaluated += 1
+            if not self._checks[inv.name](s):
+                bad.append(inv)
+            else:
+                held.add(inv.name)
+        self._last, self._held = s, held
+        return bad
