@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from kvpocket.impl import KVCacheManager, gpu_available
+from kvpocket.impl import KVCache, KVCacheManager, gpu_available
+from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.model.config import (
     EvictParked,
     KVConfig,
@@ -45,3 +48,28 @@ def swa_config(
 def assert_clean(mgr: KVCacheManager) -> None:
     bad = mgr.check_invariants()
     assert not bad, "\n".join(bad)
+
+
+def decode_under_pressure(mgr: KVCacheManager, oracle: DecodeOracle, steps: int,
+                          after_step: Callable[[int], None] | None = None) -> list[KVCache]:
+    """Two sequences decode with the oracle; another tenant takes GPU slots every fifth
+    step, and at step 20 one sequence is suspended, pushed down to the last level and
+    resumed. `after_step(step)` runs after each step's traffic."""
+    kvs = []
+    for sid in range(2):
+        kv = mgr.create(sid)
+        assert kv.resume()
+        kv.stop_committing()
+        kvs.append(kv)
+    for step in range(steps):
+        for kv in kvs:
+            assert oracle.decode_step(kv)
+        if step % 5 == 2:
+            assert mgr.pressure(0, 0, 2)
+        if step == 20:
+            kvs[1].suspend()
+            assert mgr.pressure(0, 0, 6) and mgr.pressure(1, 0, 6)  # down to disk too
+            assert kvs[1].resume()
+        if after_step is not None:
+            after_step(step)
+    return kvs

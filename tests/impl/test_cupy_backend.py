@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from impl_helpers import GPU_SKIP, assert_clean, swa_config
+from impl_helpers import GPU_SKIP, assert_clean, decode_under_pressure, swa_config
 
 from kvpocket.impl import KVCacheManager, make_backend
 from kvpocket.impl.oracle import DecodeOracle
@@ -141,21 +141,7 @@ def test_oracle_sweep_on_gpu_catches_a_corrupted_slot() -> None:
 def test_decode_with_migration_and_pocket_on_gpu() -> None:
     mgr = KVCacheManager(swa_config(window=5, slots=(10, 6, 6), pocket=True), backend="cupy")
     oracle = DecodeOracle(mgr)
-    kvs = []
-    for sid in range(2):
-        kv = mgr.create(sid)
-        assert kv.resume()
-        kv.stop_committing()
-        kvs.append(kv)
-    for step in range(48):
-        for kv in kvs:
-            assert oracle.decode_step(kv)
-        if step % 5 == 2:
-            assert mgr.pressure(0, 0, 2)
-        if step == 20:
-            kvs[1].suspend()
-            assert mgr.pressure(0, 0, 6) and mgr.pressure(1, 0, 6)
-            assert kvs[1].resume()
+    kvs = decode_under_pressure(mgr, oracle, 48)
     assert oracle.check() == [] and oracle.missing == []
     assert mgr.counters_of().migrations > 0
     assert_clean(mgr)

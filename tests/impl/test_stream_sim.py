@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from impl_helpers import swa_config
+from impl_helpers import decode_under_pressure, swa_config
 
 from kvpocket.impl import KVCache, KVCacheManager
 from kvpocket.impl.backend import NumpyBackend, StreamSimulator
@@ -327,23 +327,12 @@ def test_manager_traffic_is_race_free_under_the_detector(eager: bool) -> None:
     be = NumpyBackend(eager=eager, race_check=True)
     mgr = KVCacheManager(swa_config(window=5, slots=(10, 6, 6), pocket=True), backend=be)
     oracle = DecodeOracle(mgr)
-    kvs = []
-    for sid in range(2):
-        kv = mgr.create(sid)
-        assert kv.resume()
-        kv.stop_committing()
-        kvs.append(kv)
-    for step in range(40):
-        for kv in kvs:
-            assert oracle.decode_step(kv)
-        if step % 5 == 2:
-            assert mgr.pressure(0, 0, 2)
-        if step == 20:
-            kvs[1].suspend()
-            assert mgr.pressure(0, 0, 6) and mgr.pressure(1, 0, 6)  # down to disk too
-            assert kvs[1].resume()
+
+    def after_step(step: int) -> None:
         if not eager:
             be.sim.drain()  # the harness's order: streams by id, after each step
         assert oracle.sweep() == []
+
+    decode_under_pressure(mgr, oracle, 40, after_step)
     assert oracle.check() == [] and oracle.missing == []
     assert mgr.counters_of().migrations > 0 and oracle.verified_positions > 2 * 40 * 4

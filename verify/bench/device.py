@@ -228,6 +228,22 @@ def copy_slots_bandwidth(backend: str, slot_bytes: int = 1 << 20, pages: int = 2
 
 
 # ---- the data oracle -------------------------------------------------------------------
+def _decoding_batch(mgr: Any, oracle: Any, batch: int, prefill: int) -> list[Any]:
+    """`batch` sequences decoding (committing stopped), each prefilled with `prefill`
+    tokens the oracle knows."""
+    seqs = []
+    for sid in range(batch):
+        kv = mgr.create(sid)
+        kv.resume()
+        kv.stop_committing()
+        if prefill:
+            if not kv.resize(prefill, prefill - 1):
+                raise RuntimeError("oracle bench: out of pages in the prefill")
+            oracle.prefill(kv, [oracle.token_for(sid, p) for p in range(prefill)])
+        seqs.append(kv)
+    return seqs
+
+
 def oracle_throughput(backend: str, batch: int | None = None, steps: int | None = None,
                       window: int | None = None, tpb: int = 32, prefill: int | None = None,
                       check_every: int | None = None, mode: str = "sweep",
@@ -257,16 +273,7 @@ def oracle_throughput(backend: str, batch: int | None = None, steps: int | None 
     cfg = decode_config(batch, window, tpb, True, prefill + steps + 2)
     mgr = KVCacheManager(cfg, backend=backend, slot_elems=slot_elems or tpb * 4)
     oracle = DecodeOracle(mgr)
-    seqs = []
-    for sid in range(batch):
-        kv = mgr.create(sid)
-        kv.resume()
-        kv.stop_committing()
-        if prefill:
-            if not kv.resize(prefill, prefill - 1):
-                raise RuntimeError("oracle bench: out of pages in the prefill")
-            oracle.prefill(kv, [oracle.token_for(sid, p) for p in range(prefill)])
-        seqs.append(kv)
+    seqs = _decoding_batch(mgr, oracle, batch, prefill)
     check_secs = 0.0
     checks = 0
     warm_positions = 0
@@ -335,15 +342,7 @@ def oracle_ab(old_oracle: str, batch: int = 64, window: int = 128, steps: int = 
         cfg = decode_config(batch, window, 32, True, prefill + steps + 2)
         mgr = KVCacheManager(cfg, backend="numpy", slot_elems=128)
         o = cls(mgr)
-        seqs = []
-        for sid in range(batch):
-            kv = mgr.create(sid)
-            kv.resume()
-            kv.stop_committing()
-            if prefill:
-                kv.resize(prefill, prefill - 1)
-                o.prefill(kv, [o.token_for(sid, p) for p in range(prefill)])
-            seqs.append(kv)
+        seqs = _decoding_batch(mgr, o, batch, prefill)
         secs, positions = 0.0, 0
         for h in range(steps):
             for kv in seqs:

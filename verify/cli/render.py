@@ -12,6 +12,15 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
+def _progress(out: Console, show: bool) -> Any:
+    """One transient progress line: spinner, description, elapsed time, live stats."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
+                    TextColumn("{task.fields[stats]}"), console=out, transient=True,
+                    disable=not show)
+
+
 def progress_console(show: bool) -> tuple[Console, bool]:
     """Progress goes to stderr, and only to a terminal: a log file or a pipe gets the
     final report, not a progress line cut at 80 columns."""
@@ -71,18 +80,12 @@ class CampaignProgress:
     failures. Silent when `show` is False (tests, --json-only runs)."""
 
     def __init__(self, spec: Any, show: bool) -> None:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
         self.show = show
         self.multi = False
         self.steps = 0
         self.last = 0.0
         out, self.show = progress_console(show)
-        self.progress = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
-            TextColumn("{task.fields[stats]}"), console=out, transient=True,
-            disable=not self.show,
-        )
+        self.progress = _progress(out, self.show)
         self.task = self.progress.add_task(
             f"fuzz {spec.config_name}/{spec.cfg.pocket.policy.value}", total=None, stats="")
 
@@ -167,19 +170,13 @@ class MatrixProgress:
     examples, steps and failures. Silent when `show` is False."""
 
     def __init__(self, report: Any, budget_s: float, show: bool) -> None:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
         self.report = report
         self.show = show
         self.steps = 0
         self.cell = ""
         self.last = 0.0
         out, self.show = progress_console(show)
-        self.progress = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
-            TextColumn("{task.fields[stats]}"), console=out, transient=True,
-            disable=not self.show,
-        )
+        self.progress = _progress(out, self.show)
         self.task = self.progress.add_task(
             f"fuzz matrix ({len(report.cells)} cells, budget {budget_s:g} s)", total=None,
             stats="")
