@@ -773,16 +773,11 @@ class Alpha:
         self.uni, self.lay = uni, lay
 
     def value(self, kind: str, v: Any) -> Any:
-        uni = self.uni
-        if kind == "bool":
-            return z3.BoolVal(bool(v))
-        if kind == "int":
-            return z3.IntVal(int(v))
-        if v == NIL:
-            return uni.nil[kind]
+        if kind in ("bool", "int") or v == NIL:
+            return _lit(self.uni, v, kind)
         if kind == "seq" and v == self.lay.copy_stream:
-            return uni.copy
-        return uni.elements[kind][v]
+            return self.uni.copy
+        return self.uni.elements[kind][v]
 
     def keys(self, dims: tuple[Dim, ...], with_nil: bool = True) -> list[tuple[Any, ...]]:
         """Every index tuple of the finite universe (plus nil and one ordinal past the end)."""
