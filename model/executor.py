@@ -7,7 +7,8 @@ zero or one time), `ex.choose(...)` for every nondeterministic pick, and
 a symbolic executor (`kvpocket.verify`) unrolls the same programs for Z3.
 A choice may say which legal candidates are interchangeable (`same`: equal
 keys lead to states equal up to renaming); the concrete executor offers them
-all, a symbolic search may try only the lowest of each kind.
+all unless told to reduce symmetry, and the bounded searches (symbolic and
+explicit) try only the lowest of each kind.
 """
 
 from __future__ import annotations
@@ -117,10 +118,14 @@ class Step:
 class ConcreteExecutor:
     ops: Ops = CONCRETE
 
-    def __init__(self, lay: Layout, state: State, chooser: Chooser) -> None:
+    def __init__(self, lay: Layout, state: State, chooser: Chooser,
+                 reduce_symmetry: bool = False) -> None:
         self.lay = lay
         self.s = state
         self.chooser = chooser
+        # interchangeable candidates (equal `same` keys): offer only the lowest of each,
+        # as the symbolic search does; an exhaustive search then skips renamed twins
+        self.reduce_symmetry = reduce_symmetry
         self.steps: list[Step] = []
         self.choices: list[tuple[str, int]] = []
 
@@ -141,6 +146,9 @@ class ConcreteExecutor:
         candidates = [x for x in domain if legal(x)]
         if not candidates:
             return -1
+        if same is not None and self.reduce_symmetry:
+            keys = [tuple(int(k) for k in same(x)) for x in candidates]
+            candidates = [x for i, x in enumerate(candidates) if keys[i] not in keys[:i]]
         labels = [label(c) if label else c for c in candidates]
         pick = self.chooser.choose(kind, candidates, labels)
         self.choices.append((kind, pick))

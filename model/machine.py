@@ -36,8 +36,10 @@ class RunResult:
 
 
 class Model:
-    def __init__(self, cfg: KVConfig, chooser: Chooser | None = None) -> None:
+    def __init__(self, cfg: KVConfig, chooser: Chooser | None = None,
+                 reduce_symmetry: bool = False) -> None:
         self.cfg = cfg
+        self.reduce_symmetry = reduce_symmetry  # see ConcreteExecutor
         self.layout = Layout(cfg)
         self._checker = IncrementalChecker(self.layout)
         self.ops = CONCRETE
@@ -61,7 +63,8 @@ class Model:
             raise KeyError(f"unknown action '{action}'; expected one of {', '.join(api.API)}")
         args = [tuple(params[n]) if isinstance(params[n], list) else params[n]
                 for n in spec.param_names]
-        ex = ConcreteExecutor(self.layout, self.state, chooser or self.chooser)
+        ex = ConcreteExecutor(self.layout, self.state, chooser or self.chooser,
+                              self.reduce_symmetry)
         self.last_failure = None
         try:
             spec.program(ex, *args)

@@ -266,6 +266,7 @@ CASES = [
     case("prove --page-depth 99", "--page-depth", "[0, 30]"),
     case("prove --config nope", "--config", "nope"),
     case("prove --policy yolo", "--policy", "yolo"),
+    case("prove --engine z3", "--engine", "explicit, symbolic, both"),
     case("prove --json {d}/folder", "--json", "folder"),
     case("prove --json ''", "--json"),
     case("prove --json {d}/afile/p.json", "--json", "not a folder"),

@@ -36,7 +36,6 @@ def test_prove_prints_the_summary_first_and_rows_only_with_verbose(
     assert all(r["obligation"].split()[0] in verbose for r in rows)
 
 
-@pytest.mark.slow  # BMC to depth 7: a few minutes on a shared machine
 def test_prove_prints_a_violation_and_its_counterexample(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["prove", "--config", "gpu-host", "--policy", "unsafe", "--workers", "1",
@@ -69,3 +68,30 @@ def test_usage_errors_go_to_stderr_with_the_command(
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith(f"kvpocket {argv[0]}: error: ")
+
+
+def test_prove_with_both_engines_reports_their_agreement(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["prove", "--config", "gpu", "--policy", "revalidate", "--depth", "0",
+            "--page-depth", "2", "--engine", "both", "--workers", "1",
+            "--json", str(tmp_path / "p.json"), "--out", str(tmp_path)]
+    assert main(argv) == 0
+    rows = {r["obligation"]: r for r in json.loads((tmp_path / "p.json").read_text())
+            ["obligations"]}
+    assert rows["bmc:page<= 2 [explicit]"]["status"] == "proved"
+    assert rows["bmc:page<= 2 [symbolic]"]["status"] == "proved"
+    assert rows["bmc:page<= 2: engines agree"]["status"] == "proved"
+    # An engine that answers differently makes the run fail, naming both answers.
+    from kvpocket.verify.proofs import prove
+    from kvpocket.verify.proofs.bounded import BmcResult
+
+    def wrong(*args: object, **kwargs: object) -> BmcResult:
+        return BmcResult("page", "revalidate", "violated", 1, [], ["slot_owned_once"], 0.0,
+                         0.0, engine="explicit")
+
+    monkeypatch.setattr(prove, "explicit_bmc", wrong)
+    capsys.readouterr()
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "BMC engines disagree: explicit violated" in out and "symbolic proved" in out

@@ -13,7 +13,7 @@ from kvpocket.impl.backend import NumpyBackend
 from kvpocket.impl.backend.protocol import EventRef, StreamRef
 from kvpocket.impl.exceptions import SimulatorError
 from kvpocket.impl.oracle import DecodeOracle
-from kvpocket.model.config import BAD_PAGE_INDEX, KVConfig, LifeCycle
+from kvpocket.model.config import BAD_PAGE_INDEX, KVConfig, LifeCycle, SeqStatus
 
 
 class NoWaitBackend(NumpyBackend):
@@ -196,3 +196,114 @@ def test_sweep_orders_after_each_sequence_stream() -> None:
     assert be.sim.pending(kvs[0].stream.id) > 0  # the stamp writes have not run
     assert oracle.sweep() == [] and oracle.missing == []
     assert oracle.verified_positions == 4
+
+
+# ---- the sweep's caches: what it reuses between sweeps must never hide a change ---------
+def _two_group_config() -> KVConfig:
+    return KVConfig(tokens_per_block=4,
+                    life_cycles=(LifeCycle("swa", window=9, sink_tokens=2, priority=20),
+                                 LifeCycle("full", pool_group=1, priority=35)),
+                    slots_per_level=(40, 40), num_sequences=3, max_blocks=16)
+
+
+def _key(found: list[Any]) -> list[tuple[int, ...]]:
+    return [(m.seq, m.lc, m.block, m.token, m.expected, m.found, m.slot) for m in found]
+
+
+def test_sweep_agrees_with_stream_reads_under_random_corruption() -> None:
+    """Decode three sequences at different speeds, corrupt pool elements and page-table
+    entries at random, and suspend/resume: every sweep (which reuses its structure and
+    expected rows) reports what verify + check (planned afresh) report."""
+    rng = np.random.default_rng(7)
+    for race_check in (False, True):
+        mgr = KVCacheManager(_two_group_config(), backend=NumpyBackend(race_check=race_check))
+        oracle, kvs = _decode(mgr, 3, nseq=3)
+        sweeps = 0
+        for step in range(40):
+            for i, kv in enumerate(kvs):
+                if kv.status is SeqStatus.ACTIVE and rng.random() < 0.4 + 0.2 * i:
+                    assert oracle.decode_step(kv, verify=False)
+            mgr.synchronize()
+            if step == 15:
+                kvs[1].suspend()
+            if step == 25:
+                assert kvs[1].resume()
+            r = rng.random()
+            if r < 0.3:
+                g = int(rng.integers(2))
+                pool = mgr.pool(0, g)
+                pool[int(rng.integers(pool.shape[0])), int(rng.integers(pool.shape[1]))] ^= 4
+            elif r < 0.4:
+                kv = kvs[int(rng.integers(3))]
+                if kv.num_blocks:
+                    kv.index[int(rng.integers(2)), int(rng.integers(kv.num_blocks))] = int(
+                        rng.integers(-1, 40))
+            missing = len(oracle.missing)
+            swept = oracle.sweep()
+            swept_missing = oracle.missing[missing:]
+            for kv in kvs:
+                oracle.verify(kv)
+            read = oracle.check()
+            assert sorted(_key(swept)) == sorted(_key(read)), step
+            assert sorted(swept_missing) == sorted(oracle.missing[missing + len(swept_missing):])
+            sweeps += bool(swept or swept_missing)
+        assert sweeps > 5  # the corruption was seen, not only the clean case
+        mgr.shutdown()
+
+
+def test_sweep_reports_in_pool_group_then_plan_order() -> None:
+    """Two pool groups: the compare runs the segments' end blocks first, yet mismatches
+    come back as before: by pool group, then segment, sequence, block and token."""
+    mgr = KVCacheManager(_two_group_config())
+    oracle, _ = _decode(mgr, 30, nseq=2)
+    assert oracle.sweep() == []
+    mgr.synchronize()
+    for g in (0, 1):
+        mgr.pool(0, g)[:] ^= 1  # every element of every slot
+    bad = oracle.sweep()
+    group_of_lc = {0: 0, 1: 1}
+    order = [(group_of_lc[m.lc], m.lc, m.lc == 0 and m.token >= 2, m.seq, m.block, m.token)
+             for m in bad]  # (pool group, segment: sink tokens first, sequence, block, token)
+    assert len({key[:3] for key in order}) == 3  # sink tokens, window, full attention
+    assert order == sorted(order)
+    assert oracle.verified_positions == 2 * 2 * (2 + 9 + 30)  # 2 sweeps of 2 sequences
+
+
+def test_sweep_reads_page_tables_and_new_stamps_afresh() -> None:
+    """Between two sweeps of the same structure a page-table entry changes, and a new
+    token's slot is overwritten: both are reported."""
+    cfg = KVConfig(tokens_per_block=8, life_cycles=(LifeCycle("swa", window=24),),
+                   slots_per_level=(16, 8), num_sequences=2, max_blocks=8)
+    mgr = KVCacheManager(cfg, slot_elems=32)
+    oracle, kvs = _decode(mgr, 20, nseq=2)
+    assert oracle.sweep() == []
+    mgr.synchronize()
+    a, b = int(kvs[0].index[0, 1]), int(kvs[1].index[0, 1])
+    kvs[0].index[0, 1], kvs[1].index[0, 1] = b, a  # aliasing: same blocks, swapped slots
+    assert {(m.seq, m.block) for m in oracle.sweep()} == {(0, 1), (1, 1)}
+    kvs[0].index[0, 1], kvs[1].index[0, 1] = a, b
+    assert oracle.sweep() == []
+    for kv in kvs:
+        assert oracle.decode_step(kv, verify=False)  # token 20: block 2, stamps stored now
+    mgr.synchronize()
+    mgr.pool(0)[int(kvs[1].index[0, 2]), (20 % 8) * 4] ^= 1
+    assert [(m.seq, m.token) for m in oracle.sweep()] == [(1, 20)]
+
+
+def test_sweep_is_stream_ordered_for_the_race_detector() -> None:
+    """With the race detector on, the sweep's compare is a launch that declares the slots
+    it reads: without the event waits it is a race; with them it is clean. Keeping a
+    trace also keeps the compare a launch."""
+    cfg = swa_config(window=5, slots=(8, 8))
+    mgr = KVCacheManager(cfg, backend=NoWaitBackend(eager=False, race_check=True))
+    oracle, _ = _decode(mgr, 4, nseq=1)
+    with pytest.raises(SimulatorError, match=r"read by 'oracle compare' on stream 'oracle'"):
+        oracle.sweep()
+    be = NumpyBackend(race_check=True)
+    oracle, _ = _decode(KVCacheManager(cfg, backend=be), 4, nseq=1)
+    assert oracle.sweep() == [] and oracle.missing == []
+    be = NumpyBackend()
+    be.sim.keep_trace = True
+    oracle, _ = _decode(KVCacheManager(cfg, backend=be), 4, nseq=1)
+    assert oracle.sweep() == []
+    assert "oracle compare" in {label for _, label in be.sim.trace}

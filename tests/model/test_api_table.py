@@ -17,7 +17,7 @@ from kvpocket.model.machine import Model
 from kvpocket.model.spec import spec_json
 from kvpocket.verify.conformance.lockstep import Lockstep
 from kvpocket.verify.presets import preset
-from kvpocket.verify.proofs.bmc import api_instances
+from kvpocket.verify.proofs.bounded import api_instances
 from kvpocket.verify.traces.alphabet import alphabet, check_params
 from kvpocket.verify.traces.trace import parse_events, parse_trace
 from kvpocket.verify.traces.tracecheck import check_events

@@ -12,12 +12,15 @@ from pathlib import Path
 import pytest
 
 from kvpocket.impl import mutants as switchboard
+from kvpocket.model.overrides import overriding
 from kvpocket.verify.quality.seeded import (
     CONFIGS,
+    EXPLICIT_BMC,
     MUTANTS,
     _induction_only,
     lockstep_campaign,
     run_mutant,
+    z3_checks,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,3 +97,12 @@ def test_no_false_alarm_induction() -> None:
         if m.layer == "model" and m.actions:
             got = _induction_only(m)
             assert all(v == "proved" for v in got.values()), (m.name, got)
+
+
+def test_explicit_bmc_sees_a_spec_bug_induction_cannot() -> None:
+    # The window off by one is an API-layer definition (no page action to prove): the
+    # explicit BMC of the mutant's spec breaks `window_is_mapped` within 7 API steps.
+    m = MUTANTS["model-window-off-by-one"]
+    with overriding(m.overrides):  # as `run_mutant` runs it
+        got = z3_checks(m, budget_s=60)
+    assert got["induction"].startswith("n/a") and got[EXPLICIT_BMC] == "violated", got

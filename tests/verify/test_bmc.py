@@ -1,16 +1,24 @@
-"""Bounded model checking: the unsafe pocket's counterexample, decoded and replayed."""
+"""Bounded model checking, both engines: the unsafe pocket's counterexample, decoded and
+replayed; the safe policies clean; the explicit engine agreeing with the symbolic one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from kvpocket.model import api
+from kvpocket.model.executor import Executor
 from kvpocket.model.machine import Model
+from kvpocket.model.overrides import overriding
 from kvpocket.model.state import Layout
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.conformance.replay import _ForcedSlots, replay
-from kvpocket.verify.proofs.bmc import BmcResult, api_instances, bmc, unroll_step
+from kvpocket.verify.proofs.bmc import bmc, unroll_step
+from kvpocket.verify.proofs.bounded import BmcResult, api_instances, properties
+from kvpocket.verify.proofs.explicit import GUARD_BROKEN, explicit_bmc
 from kvpocket.verify.proofs.prove import (
     DEFAULT_MATRIX,
     PARK_DEPTH,
@@ -19,7 +27,11 @@ from kvpocket.verify.proofs.prove import (
     UNSAFE_DEPTH,
     write_bmc_trace,
 )
+from kvpocket.verify.quality.seeded import MUTANTS
 from kvpocket.verify.traces.trace import TraceStep, read_trace, replay_on_model
+
+Engine = Callable[..., BmcResult]
+ENGINES: dict[str, Engine] = {"explicit": explicit_bmc, "symbolic": bmc}
 
 # The first five steps of the migration-during-park scenario: a page is parked.
 PREFIX = list(PARK_PREFIX)
@@ -70,10 +82,13 @@ def _assert_replays(tmp_path: Path, r: BmcResult) -> None:
     assert any("slot" in p for p in problems), problems
 
 
-def test_unsafe_counterexample_from_init_at_its_minimal_depth(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_unsafe_counterexample_from_init_at_its_minimal_depth(tmp_path: Path,
+                                                             engine: str) -> None:
     # Every depth below 7 is refuted first, so the trace found is a shortest one.
-    r = bmc(_lay("unsafe"), "api", UNSAFE_DEPTH, timeout_ms=600_000)
+    r = ENGINES[engine](_lay("unsafe"), "api", UNSAFE_DEPTH)
     assert r.status == "violated" and len(r.steps) == UNSAFE_DEPTH == 7, r
+    assert r.engine == engine
     # evict_parked=drop (the default): the parked page's slot was released, so the pop
     # locks a page with no slot at all (under migrate it takes a host slot id as a GPU one:
     # slot_owned_once breaks instead).
@@ -85,8 +100,9 @@ def test_unsafe_counterexample_from_init_at_its_minimal_depth(tmp_path: Path) ->
     _assert_replays(tmp_path, r)
 
 
-def test_unsafe_counterexample_from_the_park_prefix(tmp_path: Path) -> None:
-    r = bmc(_lay("unsafe"), "api", PARK_DEPTH, prefix=PREFIX)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_unsafe_counterexample_from_the_park_prefix(tmp_path: Path, engine: str) -> None:
+    r = ENGINES[engine](_lay("unsafe"), "api", PARK_DEPTH, prefix=PREFIX)
     assert r.status == "violated", r
     assert "popped_slots_valid" in r.broken
     assert len(r.steps) == 7 and r.steps[:5] == [
@@ -99,21 +115,115 @@ def test_unsafe_counterexample_from_the_park_prefix(tmp_path: Path) -> None:
 def test_safe_policies_are_clean_from_init(policy: str) -> None:
     r = bmc(_lay(policy), "api", 4)
     assert r.status == "proved" and r.depth == 4, r
+    # The explicit engine goes to the unsafe counterexample's depth, every invariant.
+    r = explicit_bmc(_lay(policy), "api", UNSAFE_DEPTH)
+    assert r.status == "proved" and r.depth == UNSAFE_DEPTH and r.states > 1000, r
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])
-def test_safe_policies_are_clean_after_the_park(policy: str) -> None:
+def test_safe_policies_are_clean_after_the_park(policy: str, engine: str) -> None:
     # After the park and a GPU pressure step (it migrates the parked page where the
     # policy lets it), no next API step breaks an invariant.
     pressure = TraceStep("pressure", {"level": 0, "pool_group": 0, "slots": 1})
-    r = bmc(_lay(policy), "api", 1, prefix=[*PREFIX, pressure])
+    r = ENGINES[engine](_lay(policy), "api", 1, prefix=[*PREFIX, pressure])
     assert r.status == "proved" and r.steps == [], r
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])
-def test_page_level_bmc_is_clean(policy: str) -> None:
-    r = bmc(Layout(PROVE_CONFIGS["gpu"].config.with_pocket(True, policy)), "page", 3)
+def test_page_level_bmc_is_clean(policy: str, engine: str) -> None:
+    r = ENGINES[engine](Layout(PROVE_CONFIGS["gpu"].config.with_pocket(True, policy)),
+                        "page", 3)
     assert r.status == "proved" and r.depth == 3, r
+
+
+# ---- the explicit engine against the symbolic one -----------------------------------------
+_PAGE_MUTANTS = [m for m in MUTANTS.values() if m.layer == "model" and m.actions]
+
+
+# Found by page-level BMC within 4 steps; the others need longer runs (induction finds them).
+_FOUND_AT_PAGE_DEPTH_4 = {"model-drop-held"}
+
+
+@pytest.mark.parametrize("name", [m.name for m in _PAGE_MUTANTS])
+def test_engines_agree_on_the_spec_mutants_at_the_page_layer(name: str) -> None:
+    # A wrong spec (a label override) is a different transition system: both engines must
+    # give the same verdict, at the same depth, asking the same properties.
+    m = MUTANTS[name]
+    lay = Layout(PROVE_CONFIGS["gpu-host"].config.with_pocket(True, m.policy))
+    with overriding(m.overrides):
+        sym = bmc(lay, "page", 4)
+        exp = explicit_bmc(lay, "page", 4, props=properties("page"))
+    assert (exp.status, len(exp.steps)) == (sym.status, len(sym.steps)), (exp, sym)
+    assert exp.status == ("violated" if name in _FOUND_AT_PAGE_DEPTH_4 else "proved"), exp
+    if exp.status == "violated":  # shortest traces may differ, so may what they break
+        assert exp.broken and sym.broken, (exp, sym)
+
+
+def _broken_suspend(ex: Executor, seq: int) -> None:
+    """A wrong API program: suspend completes a migration that was never begun."""
+    ex.do("migrate_complete", page=0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_page_guard_failing_inside_an_api_action_is_a_counterexample(
+        monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
+    monkeypatch.setitem(api.API, "suspend", replace(api.API["suspend"], program=_broken_suspend))
+    r = ENGINES[engine](_lay("revalidate"), "api", 3)
+    assert r.status == "violated" and r.steps[-1].action == "suspend", r
+    assert any("guard" in b for b in r.broken), r.broken
+    if engine == "explicit":
+        assert r.broken == [GUARD_BROKEN]
+
+
+def test_explicit_engine_checks_the_api_scope_invariants_too() -> None:
+    # The window off by one keeps every step-scope invariant: only `window_is_mapped`
+    # (API scope) sees it, which the explicit engine checks and the symbolic one does not.
+    m = MUTANTS["model-window-off-by-one"]
+    with overriding(m.overrides):
+        r = explicit_bmc(_lay(m.policy), "api", 4)
+        narrow = explicit_bmc(_lay(m.policy), "api", 4, props=properties("api"))
+    assert r.status == "violated" and "window_is_mapped" in r.broken, r
+    assert narrow.status == "proved", narrow
+
+
+def test_explicit_engine_stops_as_unknown_past_its_state_budget() -> None:
+    r = explicit_bmc(_lay("revalidate"), "api", UNSAFE_DEPTH, max_states=100)
+    assert r.status == "unknown" and "more than 100 states" in r.detail, r
+    assert r.depth < UNSAFE_DEPTH
+
+
+def test_explicit_engine_says_when_it_has_seen_every_reachable_state() -> None:
+    # No pocket, one slot, one block: few states, so a deep search exhausts them; the
+    # result then holds for every depth, and says so.
+    cfg = PROVE_CONFIGS["gpu"].config
+    tiny = replace(cfg, slots_per_level=(1,), max_blocks=1, max_pages=1).with_pocket(False)
+    r = explicit_bmc(Layout(tiny), "api", 30)
+    assert r.status == "proved" and "every reachable state seen" in r.detail, r
+
+
+def test_symmetry_reduction_offers_only_the_lowest_of_interchangeable_candidates() -> None:
+    offered: list[tuple[str, int]] = []
+
+    class Spy:
+        def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+            offered.append((kind, len(candidates)))
+            return candidates[0]
+
+    cfg = _lay("revalidate").cfg
+    for reduce in (False, True):
+        offered.clear()
+        m = Model(cfg, chooser=Spy(), reduce_symmetry=reduce)
+        m.create(0)
+        m.resume(0)
+        assert m.resize(0, 2, 0)
+        # Init: every GPU slot is free and idle, every page record dead: all twins.
+        widths = dict(offered)
+        if reduce:
+            assert widths == {"slot": 1, "page": 1}, offered
+        else:
+            assert widths["slot"] == cfg.slots_per_level[0] and widths["page"] > 1, offered
 
 
 def test_default_matrix_covers_levels_sequences_and_both_bmc_layers() -> None:
@@ -121,8 +231,9 @@ def test_default_matrix_covers_levels_sequences_and_both_bmc_layers() -> None:
     assert {c.config.num_levels for c in cfgs} == {1, 2, 3}
     assert {c.config.num_sequences for c in cfgs} == {1, 2}
     assert any(c.page_bmc for c in cfgs) and any(c.api_bmc for c in cfgs)
-    # The park prefix is the one the unsafe counterexample above extends.
-    assert all(c.config.max_blocks * c.config.tokens_per_block >= 6 for c in cfgs if c.api_bmc)
+    # The unsafe counterexample above (its pop resizes to 6 tokens) fits a configuration
+    # the API-level BMC of the matrix covers.
+    assert any(c.config.max_blocks * c.config.tokens_per_block >= 6 for c in cfgs if c.api_bmc)
 
 
 def test_values_too_wide_for_the_bit_vectors_stop_the_search_as_unknown(

@@ -17,12 +17,11 @@ from kvpocket.model.logic import CONCRETE
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS, PageAction
 from kvpocket.model.state import Layout, State
+from kvpocket.verify.proofs.bounded import Instance, page_instances
 from kvpocket.verify.proofs.symbolic import (
-    Instance,
     equal_states,
     fix_state,
     get_slot,
-    page_instances,
     state_slots,
     symbolic_state,
 )

@@ -56,10 +56,13 @@ def print_result(res: BenchResult) -> None:
         con.print(tb)
     b = res.verifier.get("bmc_unsafe")
     if b:
-        con.print(f"verifier: BMC from Init ({b['config']}, policy unsafe, layer {b['layer']}, "
-                  f"max depth {b['max_depth']}): {b['status']} at depth {b['depth']} "
-                  f"({', '.join(b['broken'])}) in {b['seconds']:.1f} s "
-                  f"(unrolling {b['build_seconds']:.1f} s)")
+        for r in b["rows"]:
+            cost = (f"{r['states']} states" if r["engine"] == "explicit"
+                    else f"unrolling {r['build_seconds']:.1f} s")
+            con.print(f"verifier: BMC from Init, {r['engine']} engine ({b['config']}, policy "
+                      f"unsafe, layer {b['layer']}, max depth {b['max_depth']}): {r['status']} "
+                      f"at depth {r['depth']} ({', '.join(r['broken'])}) in "
+                      f"{r['seconds']:.1f} s ({cost}; target {b['target_seconds']:.0f} s)")
     mu = res.verifier.get("mutants")
     if mu is not None:
         if mu["rows"]:

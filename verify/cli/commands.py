@@ -377,7 +377,7 @@ def _prove_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
-    """Prove the page-layer invariants (induction) and run bounded model checking (Z3)."""
+    """Prove the page-layer invariants (Z3 induction) and run bounded model checking."""
     from kvpocket.verify.proofs import prove
 
     check_int("--workers", args.workers, 1, max_workers())

@@ -1,12 +1,13 @@
 """Proofs with Z3, over the same page-action table and API programs the model executes.
 
 `obligations` states what is proved (initiation, consecution, safety per action);
-`symbolic` executes the model's programs on Z3 terms; `bmc` unrolls API steps from Init;
+`symbolic` executes the model's programs on Z3 terms; `bmc` unrolls API steps from Init
+for Z3 and `explicit` enumerates them on the model (`bounded`: what both share);
 `prove` is the `kvpocket prove` matrix; `solver` and `z3ops` are the solver plumbing;
 `cti` explains a counterexample to induction.
 """
 
-from kvpocket.verify.proofs.bmc import BmcResult
+from kvpocket.verify.proofs.bounded import BmcResult
 from kvpocket.verify.proofs.cti import Cti
 from kvpocket.verify.proofs.obligations import PROVED, UNKNOWN, VIOLATED, ProofOutcome, prove_config
 from kvpocket.verify.proofs.prove import PROVE_CONFIGS, run_prove

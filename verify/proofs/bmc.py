@@ -1,4 +1,6 @@
-"""Bounded model checking from Init (or from the state after an API prefix).
+"""Bounded model checking from Init (or from the state after an API prefix): the
+symbolic engine, the explicit one's independent cross-check (`explicit.py`; what the two
+share is in `bounded.py`).
 
 The run is unrolled one step at a time from its concrete start state, with
 one Boolean indicator per enabled action instance and step. Every action
@@ -20,100 +22,34 @@ the choices the API programs made.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import z3
 
-from kvpocket.model import api
-from kvpocket.model.config import NONE, KVConfig
-from kvpocket.model.invariants import INVARIANTS, Invariant
+from kvpocket.model.config import NONE
 from kvpocket.model.logic import Term
-from kvpocket.model.machine import Model
 from kvpocket.model.state import Layout, State
+from kvpocket.verify.proofs.bounded import (
+    BmcResult,
+    api_instances,
+    page_instances,
+    properties,
+    record_prefix,
+    start_state,
+)
 from kvpocket.verify.proofs.solver import check, int_value, is_true
 from kvpocket.verify.proofs.symbolic import (
     ChoiceRecord,
     effect_state,
     get_slot,
     guard_term,
-    page_instances,
     run_api,
     slot_name,
     state_slots,
 )
 from kvpocket.verify.proofs.z3ops import Z3OPS, Z3Term, bitvectors, int_var, lit, tag, to_z3, values
-from kvpocket.verify.traces.trace import TraceStep, run_api_step
-
-
-@dataclass
-class ApiInstance:
-    """One API action of the BMC alphabet: fixed arguments plus symbolic ones.
-
-    `symbolic` names integer arguments left to the solver, with their range: one
-    instance stands for every value (resize's capacity and history), so the step
-    relation holds one copy of the program instead of one per argument tuple.
-    """
-
-    name: str
-    args: dict[str, Any]
-    program: Callable[..., None]
-    symbolic: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-
-def api_instances(cfg: KVConfig) -> list[ApiInstance]:
-    """The API alphabet BMC explores, derived from the API table (`api.API`).
-
-    Sequence actions per sequence, in table order (a prompt is empty; token counts, resize's
-    capacity and history, are symbolic in [0, max capacity]; the model's own requires
-    add the rest); then the other actions with every value of their parameters (a
-    pressure of 1..the level's slots: 0 changes nothing). Actions that read token content
-    (`concrete_only`: commit) are left out.
-    """
-    out: list[ApiInstance] = []
-    symbolic = (0, cfg.max_capacity)
-    actions = [a for a in api.API.values() if not a.concrete_only]
-
-    def instances(a: api.ApiAction, fixed: dict[str, Any]) -> list[ApiInstance]:
-        todo = [p for p in a.params if p.name not in fixed]
-        if not todo:
-            sym = {n: symbolic for n, v in fixed.items() if v is _SYMBOLIC}
-            return [ApiInstance(a.name, {n: v for n, v in fixed.items() if v is not _SYMBOLIC},
-                                a.program, sym)]
-        p = todo[0]
-        return [i for v in _values(cfg, p.kind, fixed) for i in instances(a, {**fixed, p.name: v})]
-
-    for q in range(cfg.num_sequences):
-        for a in actions:
-            if "seq" in a.param_names:
-                out += instances(a, {"seq": q})
-    for a in actions:
-        if "seq" not in a.param_names:
-            out += instances(a, {})
-    return out
-
-
-_SYMBOLIC = object()  # a parameter value left to the solver
-
-
-def _values(cfg: KVConfig, kind: str, fixed: dict[str, Any]) -> list[Any]:
-    """Every value BMC tries for a parameter of this kind."""
-    if kind == "length":
-        return [_SYMBOLIC]
-    if kind == "tokens":
-        return [()]
-    if kind == "seq":
-        return list(range(cfg.num_sequences))
-    if kind == "level":
-        return list(range(cfg.num_levels))
-    if kind == "pool_group":
-        return list(range(cfg.num_pool_groups))
-    if kind == "slots":
-        return list(range(1, cfg.slots_per_level[fixed["level"]] + 1))
-    if kind == "stream":
-        return list(range(cfg.num_sequences + 1))
-    raise ValueError(f"BMC has no values for parameter kind {kind!r}")
+from kvpocket.verify.traces.trace import TraceStep
 
 
 @dataclass
@@ -223,29 +159,6 @@ def _next_state(lay: Layout, pre: State, posts: list[tuple[Z3Term, State]], pref
                            for n, v in changes.items()})
 
 
-@dataclass
-class BmcResult:
-    layer: str
-    policy: str
-    status: str  # "violated" (a trace found), "proved" (none up to depth), "unknown"
-    depth: int  # steps of the trace found, or the depth explored
-    steps: list[TraceStep]
-    broken: list[str]
-    seconds: float
-    build_seconds: float
-    detail: str = ""
-
-
-def properties(layer: str) -> list[Invariant]:
-    """What BMC looks for: a safety invariant (not an aux lemma) broken after a step.
-
-    Aux lemmas and the API-scope invariants are left to the induction proof and to the
-    concrete replay (which checks every invariant); keeping the bad-state formula small
-    is what makes the unrolling fast.
-    """
-    return [i for i in INVARIANTS if i.scope == "step" and not i.aux]
-
-
 INT_BITS = 12  # integers are signed 12-bit vectors in BMC; `_width_problem` keeps it exact
 
 
@@ -261,7 +174,7 @@ def bmc(lay: Layout, layer: str, depth: int, timeout_ms: int = 600_000,
     does not could be cut out), and interchangeable choices (dead page records, free
     slots with the same outstanding work) take the lowest candidate.
     """
-    head = _record_prefix(lay, prefix) if prefix else []
+    head = record_prefix(lay, prefix) if prefix else []
     state = start_state(lay, head) if head else lay.initial_state()
     props = properties(layer)
     policy = lay.cfg.pocket.policy.value
@@ -314,29 +227,6 @@ def _width_problem(lay: Layout, clock_bound: int) -> str:
         return (f"values up to {largest} do not fit {INT_BITS}-bit integers; use a smaller "
                 "--depth or configuration")
     return ""
-
-
-def start_state(lay: Layout, prefix: list[TraceStep]) -> State:
-    """The concrete state after an API-level prefix (its recorded choices are replayed)."""
-    m = Model(lay.cfg)
-    for i, step in enumerate(prefix):
-        run_api_step(m, step)
-        bad = m.violations("step")
-        if bad:
-            raise ValueError(f"BMC prefix step {i} ({step.action}) already breaks "
-                             + ", ".join(b.name for b in bad))
-    return m.state
-
-
-def _record_prefix(lay: Layout, prefix: list[TraceStep]) -> list[TraceStep]:
-    """The prefix with the model's choices filled in (the lowest legal ones when absent)."""
-    m = Model(lay.cfg)
-    out: list[TraceStep] = []
-    for step in prefix:
-        run_api_step(m, step)
-        out.append(TraceStep(step.action, dict(step.params), "api",
-                             [c for c in m.last_choices if c[1] != NONE]))
-    return out
 
 
 def _decode(layer: str, model: Any, steps: list[Step]) -> list[TraceStep]:

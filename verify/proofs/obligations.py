@@ -19,17 +19,16 @@ from kvpocket.model.invariants import INVARIANTS, Invariant
 from kvpocket.model.logic import CONCRETE
 from kvpocket.model.pages import PAGE_ACTIONS
 from kvpocket.model.state import Layout
+from kvpocket.verify.proofs.bounded import Instance, page_instances
 from kvpocket.verify.proofs.cti import Cti
 from kvpocket.verify.proofs.solver import check, is_true, new_solver
 from kvpocket.verify.proofs.symbolic import (
-    Instance,
     concrete_state,
     effect_state,
     equal_states,
     fix_state,
     get_slot,
     guard_term,
-    page_instances,
     slot_name,
     symbolic_state,
 )

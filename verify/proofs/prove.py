@@ -2,14 +2,15 @@
 
 For each configuration of the default matrix (or the one named) and each pocket
 policy: Init => Inv, Inv and T => Inv' (per page action), Inv => Safe. Bounded
-model checking from Init runs where it is cheap and telling: over the API
-actions on the configurations marked `api_bmc` (to `--depth`: 5 under the safe
-policies, 7 under `unsafe`, the depth of its migration-during-park
-counterexample), over the page actions on those marked `page_bmc` (every
-configuration when one is named with --config), and, under the safe policies,
-two API steps on from the park prefix (`PARK_PREFIX`: the state in which the
-unsafe policy breaks), which reaches depth 7 along that run. Violations print
-a readable CTI or write a replayable trace file.
+model checking from Init runs over the API actions on the configurations marked
+`api_bmc` (to `--depth`, 7 by default: the depth of the unsafe policy's
+migration-during-park counterexample) and over the page actions on those marked
+`page_bmc` (every configuration when one is named with --config). `--engine` picks
+the BMC engine: `explicit` (the default: breadth-first on the executable model,
+`explicit.py`), `symbolic` (the Z3 unrolling, `bmc.py`; 5 steps by default under the
+safe policies, plus two API steps on from the park prefix, `PARK_PREFIX`, which reach
+depth 7 along that run), or `both`, which also checks that they agree. Violations
+print a readable CTI or write a replayable trace file.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from typing import Any
 
 from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_life_cycle
 from kvpocket.model.state import Layout
-from kvpocket.verify.proofs.bmc import BmcResult, bmc
+from kvpocket.verify.proofs.bmc import bmc
+from kvpocket.verify.proofs.bounded import BmcResult, properties
+from kvpocket.verify.proofs.explicit import explicit_bmc
 from kvpocket.verify.proofs.obligations import PROVED, UNKNOWN, VIOLATED, prove_config
 from kvpocket.verify.traces.trace import Trace, TraceStep, write_atomic, write_trace
 
@@ -43,8 +46,11 @@ PARK_DEPTH = 2
 
 POLICIES = ("revalidate", "pin", "unsafe")
 DEFAULT_POLICIES = ("revalidate", "pin")
-DEFAULT_DEPTH = 5  # API-level BMC from Init under revalidate / pin
-UNSAFE_DEPTH = 7  # ... and under unsafe: the migration-during-park counterexample's depth
+UNSAFE_DEPTH = 7  # the unsafe policy's migration-during-park counterexample's depth
+DEFAULT_DEPTH = UNSAFE_DEPTH  # API-level BMC from Init, every policy (explicit engine)
+SYMBOLIC_DEPTH = 5  # ... the symbolic engine's default under revalidate / pin
+ENGINES = ("explicit", "symbolic", "both")
+DEFAULT_ENGINE = "explicit"
 DEFAULT_PAGE_DEPTH = 3
 DEFAULT_WORKERS = 2  # (configuration, policy) cells run in parallel processes
 MAX_DEPTH = 30  # --depth and --page-depth
@@ -68,7 +74,7 @@ class ProveConfig:
     description: str
     config: KVConfig
     page_bmc: bool = False  # page-level BMC from Init in the default matrix
-    api_bmc: bool = False  # API-level BMC from Init, and from PARK_PREFIX, in the matrix
+    api_bmc: bool = False  # API-level BMC from Init (symbolic: and from PARK_PREFIX)
     cost: float = 1.0  # relative run time, to start the slow cells first
 
 
@@ -82,9 +88,9 @@ PROVE_CONFIGS: dict[str, ProveConfig] = {c.name: c for c in (
                 _cfg((2, 2), pages=4),
                 api_bmc=True, cost=2.0),
     ProveConfig("gpu-host-disk", "GPU + host + disk (2 + 1 + 1 slots), 1 sequence",
-                _cfg((2, 1, 1), pages=4), cost=1.5),
+                _cfg((2, 1, 1), pages=4), api_bmc=True, cost=1.5),
     ProveConfig("gpu-host-2seq", "GPU + host (2 + 2 slots), 2 sequences, 2 blocks",
-                _cfg((2, 2), seqs=2, blocks=2, pages=4), cost=3.0),
+                _cfg((2, 2), seqs=2, blocks=2, pages=4), api_bmc=True, cost=3.0),
     ProveConfig("gpu-host-full", "GPU + host (2 + 1 slots), SWA + full attention, 1 sequence, "
                 "2 blocks", _cfg((2, 1), full=True, blocks=2, pages=3)),
 )}
@@ -98,8 +104,13 @@ def add_prove_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default=None,
                         help="pocket policy: revalidate|pin|unsafe (default: revalidate and pin)")
     parser.add_argument("--depth", type=int, default=None,
-                        help=f"API-level BMC depth from Init (default {DEFAULT_DEPTH}; "
-                        f"{UNSAFE_DEPTH} under --policy unsafe; 0 skips BMC; at most {MAX_DEPTH})")
+                        help=f"API-level BMC depth from Init (default {DEFAULT_DEPTH}; with "
+                        f"--engine symbolic {SYMBOLIC_DEPTH} under the safe policies; 0 skips "
+                        f"BMC; at most {MAX_DEPTH})")
+    parser.add_argument("--engine", default=DEFAULT_ENGINE,
+                        help="BMC engine: explicit (breadth-first on the model), symbolic "
+                        "(Z3 unrolling) or both, which also checks that they agree "
+                        f"(default {DEFAULT_ENGINE})")
     parser.add_argument("--page-depth", type=int, default=DEFAULT_PAGE_DEPTH,
                         help=f"page-level BMC depth (default {DEFAULT_PAGE_DEPTH}; 0 skips it; "
                         f"at most {MAX_DEPTH})")
@@ -147,19 +158,24 @@ class Row:
 def run_prove(config_name: str | None, policy: str | None, depth: int | None,
               json_path: str | None, out_dir: str, workers: int = DEFAULT_WORKERS,
               page_depth: int = DEFAULT_PAGE_DEPTH, verbose: bool = False,
-              parametric: bool = False) -> int:
+              parametric: bool = False, engine: str = DEFAULT_ENGINE) -> int:
     """Run the matrix; 0 if everything is proved, 1 on a violation, 2 on bad options.
 
     Prints a summary first (per configuration: proved/violated/unknown and time), then
     any counterexample; every obligation's row only with `verbose` (always in the JSON).
-    `depth` None: DEFAULT_DEPTH, or UNSAFE_DEPTH under the unsafe policy.
+    `depth` None: DEFAULT_DEPTH (the unsafe counterexample's depth), or SYMBOLIC_DEPTH
+    when the symbolic engine runs under the safe policies.
     """
     from rich.console import Console
 
     console = Console(highlight=False)
     try:
+        if engine not in ENGINES:
+            raise ProveUsageError(f"argument --engine: unknown engine {engine!r}; expected one "
+                                  "of " + ", ".join(ENGINES))
         if depth is None:
-            depth = UNSAFE_DEPTH if policy == "unsafe" else DEFAULT_DEPTH
+            depth = (DEFAULT_DEPTH if policy == "unsafe" or engine == "explicit"
+                     else SYMBOLIC_DEPTH)
         _validate(config_name, policy, depth, page_depth, workers)
     except ProveUsageError as exc:
         print(f"kvpocket prove: error: {exc}", file=sys.stderr)
@@ -176,20 +192,20 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
     texts: list[str] = []
     t_all = time.perf_counter()
     page_all = config_name is not None
-    jobs = [(name, pol, depth, page_depth, out_dir, page_all) for name in names
+    jobs = [_Job(name, pol, depth, page_depth, out_dir, page_all, engine) for name in names
             for pol in policies]
     progress = sys.stderr.isatty()
 
     def done_one(i: int) -> None:
         if progress:
-            print(f"[prove] {jobs[i][0]}/{jobs[i][1]} done ({time.perf_counter() - t_all:.0f} s"
+            print(f"[prove] {jobs[i].config}/{jobs[i].policy} done ({time.perf_counter() - t_all:.0f} s"
                   f", {len(jobs)} cells)", file=sys.stderr, flush=True)
 
     if len(jobs) > 1 and workers > 1:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         # Slowest cells first (better packing); results are put back in job order.
-        order = sorted(range(len(jobs)), key=lambda i: -PROVE_CONFIGS[jobs[i][0]].cost)
+        order = sorted(range(len(jobs)), key=lambda i: -PROVE_CONFIGS[jobs[i].config].cost)
         results: list[tuple[list[Row], list[str], list[str]] | None] = [None] * len(jobs)
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
             futures = {pool.submit(_prove_one, jobs[i]): i for i in order}
@@ -273,14 +289,51 @@ def print_rows(console: Any, rows: list[Row]) -> None:
     console.print(table)
 
 
-def _prove_one(job: tuple[str, str, int, int, str, bool]
-               ) -> tuple[list[Row], list[str], list[str]]:
+@dataclass(frozen=True)
+class _Job:
+    """One (configuration, policy) cell of the matrix and how to run it."""
+
+    config: str
+    policy: str
+    depth: int
+    page_depth: int
+    out_dir: str
+    page_all: bool  # page-level BMC on every configuration (one was named)
+    engine: str
+
+
+def _bmc_runs(lay: Layout, layer: str, depth: int, engine: str,
+              prefix: list[TraceStep] | None = None) -> list[tuple[str, BmcResult]]:
+    """(engine, result) for each BMC engine `engine` names. Alone, the explicit engine
+    checks every invariant; beside the symbolic one, only what that one checks, so that
+    their answers must agree."""
+    out: list[tuple[str, BmcResult]] = []
+    if engine in ("explicit", "both"):
+        props = properties(layer) if engine == "both" else None
+        out.append(("explicit", explicit_bmc(lay, layer, depth, prefix=prefix, props=props)))
+    if engine in ("symbolic", "both"):
+        out.append(("symbolic", bmc(lay, layer, depth, prefix=prefix)))
+    return out
+
+
+def _disagreement(a: BmcResult, b: BmcResult) -> str:
+    """Why two engines' answers to the same search contradict each other ("" if they do
+    not: an unknown contradicts nothing)."""
+    if "unknown" in (a.status, b.status):
+        return ""
+    if a.status != b.status or (a.status == "violated" and len(a.steps) != len(b.steps)):
+        return (f"BMC engines disagree: {a.engine} {a.status} at depth {a.depth}, "
+                f"{b.engine} {b.status} at depth {b.depth}")
+    return ""
+
+
+def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
     """One (configuration, policy) cell: induction and BMC (a worker process).
 
-    BMC runs first: its incremental search is the longest query here, and it is fastest
-    in a Z3 context that the induction queries have not filled yet.
+    BMC runs first: the symbolic engine's incremental search is the longest query here,
+    and it is fastest in a Z3 context that the induction queries have not filled yet.
     """
-    name, pol, depth, page_depth, out_dir, page_all = job
+    name, pol, depth, page_depth = job.config, job.policy, job.depth, job.page_depth
     pc = PROVE_CONFIGS[name]
     cfg = pc.config.with_pocket(True, pol)
     label = f"{name}/{pol}"
@@ -288,14 +341,29 @@ def _prove_one(job: tuple[str, str, int, int, str, bool]
     rows: list[Row] = []
     texts: list[str] = []
     traces: list[str] = []
-    runs: list[tuple[str, str, BmcResult]] = []
+    runs: list[tuple[str, str, BmcResult]] = []  # (trace file tag, obligation, result)
+
+    def search(tag: str, obligation: str, layer: str, steps: int,
+               prefix: list[TraceStep] | None = None) -> None:
+        found = _bmc_runs(lay, layer, steps, job.engine, prefix)
+        both = len(found) > 1
+        for eng, r in found:
+            runs.append((f"{tag}-{eng}" if both else tag,
+                         f"{obligation} [{eng}]" if both else obligation, r))
+        if both:
+            why = _disagreement(found[0][1], found[1][1])
+            rows.append(Row(label, f"{obligation}: engines agree", VIOLATED if why else PROVED,
+                            0.0, why))
+            if why:
+                texts.append(f"{label} {obligation}: {why}")
+
+    if page_depth > 0 and (pc.page_bmc or job.page_all):
+        search("page", f"bmc:page<= {page_depth}", "page", page_depth)
     if depth > 0 and pc.api_bmc:
-        runs.append(("api", f"bmc:api<= {depth}", bmc(lay, "api", depth)))
+        search("api", f"bmc:api<= {depth}", "api", depth)
     if depth > 0 and pc.api_bmc and pol != "unsafe" and depth < len(PARK_PREFIX) + PARK_DEPTH:
-        r = bmc(lay, "api", PARK_DEPTH, prefix=list(PARK_PREFIX))
-        runs.append(("api-park", f"bmc:api<= {PARK_DEPTH} after park", r))
-    if page_depth > 0 and (pc.page_bmc or page_all):
-        runs.insert(0, ("page", f"bmc:page<= {page_depth}", bmc(lay, "page", page_depth)))
+        search("api-park", f"bmc:api<= {PARK_DEPTH} after park", "api", PARK_DEPTH,
+               list(PARK_PREFIX))
     for o in prove_config(lay, label):
         rows.append(Row(label, o.obligation, o.status, o.seconds, o.detail))
         if o.cti is not None:
@@ -306,7 +374,7 @@ def _prove_one(job: tuple[str, str, int, int, str, bool]
         if r.status == "unknown" and r.detail:
             texts.append(f"{label} {obligation}: unknown at depth {r.depth}: {r.detail}")
         if r.status == VIOLATED:
-            path = Path(out_dir) / f"bmc-{name}-{pol}-{layer}.jsonl"
+            path = Path(job.out_dir) / f"bmc-{name}-{pol}-{layer}.jsonl"
             write_bmc_trace(path, cfg, r)
             traces.append(str(path))
             texts.append(f"counterexample trace ({len(r.steps)} steps, breaks "

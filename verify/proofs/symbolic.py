@@ -35,6 +35,7 @@ from kvpocket.model.errors import UsageError
 from kvpocket.model.logic import Term
 from kvpocket.model.pages import PAGE_ACTIONS, Params
 from kvpocket.model.state import Layout, State
+from kvpocket.verify.proofs.bounded import Instance
 from kvpocket.verify.proofs.z3ops import Z3OPS, Z3Ops, Z3Term, int_var, lit, py_int, same, tag, to_z3, values
 
 CONCRETE_ONLY = ("tokens", "block_keys")
@@ -153,39 +154,6 @@ def concrete_state(lay: Layout, model: Any, sym: SymState) -> State:
 def fix_state(sym: SymState, s: State) -> list[Z3Term]:
     """Constraints that pin a symbolic state to a concrete one."""
     return [v == to_z3(get_slot(s, slot)) for slot, v in sym.vars]
-
-
-# ---- page-action instances -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Instance:
-    """One page action with concrete parameters."""
-
-    action: str
-    params: tuple[tuple[str, int], ...]
-
-    @property
-    def param_dict(self) -> dict[str, int]:
-        return dict(self.params)
-
-    def __str__(self) -> str:
-        shown = ", ".join(f"{k}={v}" for k, v in self.params)
-        return f"{self.action}({shown})"
-
-
-def page_instances(lay: Layout, actions: Iterable[str] | None = None) -> list[Instance]:
-    """All instances of the page actions over their parameter domains."""
-    import itertools
-
-    out: list[Instance] = []
-    for name in actions or PAGE_ACTIONS:
-        a = PAGE_ACTIONS[name]
-        domains = [list(p.domain(lay.cfg)) for p in a.params]
-        for combo in itertools.product(*domains):
-            out.append(Instance(name, tuple((p.name, v) for p, v in zip(a.params, combo,
-                                                                         strict=True))))
-    return out
 
 
 def guard_term(lay: Layout, s: State, inst: Instance) -> Term:

@@ -51,7 +51,8 @@ CONFIGS: dict[str, KVConfig] = {
     "wide-pocket": decode_config(slots=(10, 4), blocks=12),
 }
 
-DETECTORS = ("invariant", "divergence", "crash", "data oracle", "attention", "z3")
+DETECTORS = ("invariant", "divergence", "crash", "data oracle", "attention", "z3",
+             "explicit-bmc")
 MAX_BUDGET_S = 3600.0  # --budget, per mutant
 TORCH_MISSING = ("attention detector skipped: torch is not installed "
                  "(pip install 'kvpocket[torch]')")
@@ -345,13 +346,19 @@ def attention_scenario(cfg: KVConfig, steps: int = 24, head_dim: int = 4) -> boo
 # ---- Z3 ----------------------------------------------------------------------------------
 
 
+EXPLICIT_BMC = "bmc:api<=7 explicit"  # its verdict's key in `z3_checks`
+
+
 def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
-    """Induction (init, consecution of the touched actions, safety), then BMC in the
-    remaining budget. Statuses: proved / violated / unknown (timeout)."""
+    """Induction (init, consecution of the touched actions, safety), explicit API-level
+    BMC from Init (every invariant, so an API-layer definition is checked too), then
+    page-level Z3 BMC in the remaining budget. Statuses: proved / violated / unknown
+    (timeout)."""
     from kvpocket.model.state import Layout
     from kvpocket.verify.proofs.bmc import bmc
+    from kvpocket.verify.proofs.explicit import explicit_bmc
     from kvpocket.verify.proofs.obligations import prove_config
-    from kvpocket.verify.proofs.prove import PROVE_CONFIGS
+    from kvpocket.verify.proofs.prove import PROVE_CONFIGS, UNSAFE_DEPTH
 
     t0 = time.monotonic()
     cfg = PROVE_CONFIGS[m.prove_config].config.with_pocket(True, PocketPolicy.parse(m.policy))
@@ -359,9 +366,13 @@ def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
     out: dict[str, str] = {}
     if not m.actions:
         out["induction"] = "n/a (API-layer definition)"
-        return out
-    for o in prove_config(lay, m.prove_config, actions=m.actions):
+    for o in prove_config(lay, m.prove_config, actions=m.actions) if m.actions else ():
         out[o.obligation] = o.status
+    api = explicit_bmc(lay, "api", UNSAFE_DEPTH,
+                       timeout_s=max(1.0, budget_s - (time.monotonic() - t0)))
+    out[EXPLICIT_BMC] = api.status if api.status != "unknown" else f"unknown ({api.detail})"
+    if not m.actions:
+        return out
     left = budget_s - (time.monotonic() - t0)
     if any(v == "violated" for v in out.values()) and left < 5:
         return out
@@ -402,10 +413,12 @@ def run_mutant(m: Mutant, budget_s: float = 60.0, attention: bool = True,
             z0 = time.monotonic()
             left = max(1.0, budget_s - (z0 - t0)) if bmc else 0.0
             res.z3 = z3_checks(m, left) if bmc else _induction_only(m)
-            if any(v == "violated" for v in res.z3.values()):
+            if res.z3.get(EXPLICIT_BMC) == "violated":
+                res.detectors.append("explicit-bmc")
+            if any(v == "violated" for k, v in res.z3.items() if k != EXPLICIT_BMC):
                 res.detectors.append("z3")
-                if res.seconds is None:
-                    res.seconds = time.monotonic() - z0
+            if res.seconds is None and any(v == "violated" for v in res.z3.values()):
+                res.seconds = time.monotonic() - z0
     res.killed = bool(res.detectors)
     return res
 
@@ -560,6 +573,9 @@ def _mark(r: MutantResult, detector: str) -> str:
     if detector == "attention" and r.attention == "skipped":
         return "[dim]skipped[/dim]"
     if detector == "z3" and r.z3:
-        return "[yellow]" + ("n/a" if all(v.startswith("n/a") for v in r.z3.values())
+        z3_only = [v for k, v in r.z3.items() if k != EXPLICIT_BMC]
+        return "[yellow]" + ("n/a" if all(v.startswith("n/a") for v in z3_only)
                              else "missed") + "[/yellow]"
+    if detector == "explicit-bmc" and EXPLICIT_BMC in r.z3:
+        return "[yellow]missed[/yellow]"
     return "."
