@@ -212,3 +212,21 @@ def test_gpu_suite_script_refuses_without_a_gpu(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 3 and "gpu_available = False" in done.stdout
     assert not list(tmp_path.glob("gpu-tests-*"))  # nothing ran
+
+
+def test_bmc_bench_reports_the_unsafe_counterexample_per_engine(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from kvpocket.verify.bench.cases import BenchResult
+    from kvpocket.verify.bench.report import print_result
+    from kvpocket.verify.bench.verifier import bench_bmc_unsafe
+
+    b = bench_bmc_unsafe(engines=("explicit",))
+    (row,) = b["rows"]
+    assert (row["engine"], row["status"], row["depth"]) == ("explicit", "violated", 7), row
+    assert "popped_slots_valid" in row["broken"] and row["states"] > 0
+    res = BenchResult("default", "numpy", {"python": "3", "numpy": "2", "cpu_count": 2}, {},
+                      verifier={"bmc_unsafe": b})
+    print_result(res)
+    out = capsys.readouterr().out
+    assert "BMC from Init, explicit engine" in out and "violated at depth 7" in out
+    assert "target 10 s" in out
