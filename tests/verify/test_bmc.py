@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from kvpocket.model import api
+from kvpocket.model.config import SeqStatus
 from kvpocket.model.executor import Executor
+from kvpocket.model.invariants import Invariant
 from kvpocket.model.machine import Model
 from kvpocket.model.overrides import overriding
-from kvpocket.model.state import Layout
+from kvpocket.model.state import Layout, State
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.conformance.replay import _ForcedSlots, replay
 from kvpocket.verify.proofs.bmc import bmc, unroll_step
@@ -28,7 +30,7 @@ from kvpocket.verify.proofs.prove import (
     write_bmc_trace,
 )
 from kvpocket.verify.quality.seeded import MUTANTS
-from kvpocket.verify.traces.trace import TraceStep, read_trace, replay_on_model
+from kvpocket.verify.traces.trace import TraceStep, read_trace, replay_on_model, run_api_step
 
 Engine = Callable[..., BmcResult]
 ENGINES: dict[str, Engine] = {"explicit": explicit_bmc, "symbolic": bmc}
@@ -186,6 +188,39 @@ def test_explicit_engine_checks_the_api_scope_invariants_too() -> None:
         narrow = explicit_bmc(_lay(m.policy), "api", 4, props=properties("api"))
     assert r.status == "violated" and "window_is_mapped" in r.broken, r
     assert narrow.status == "proved", narrow
+
+
+def _stand_in(name: str, broken_when: Callable[[Layout, State], bool]) -> Invariant:
+    return Invariant(name, "a stand-in property", "api",
+                     lambda ops, lay, s: not broken_when(lay, s))
+
+
+def test_explicit_engine_explores_token_content_when_asked() -> None:
+    lay = _lay("revalidate")
+    # Committed pages: only a `commit` with token content makes one.
+    committed = _stand_in("nothing_committed", lambda lay, s: any(
+        bool(s.alive[p]) and bool(s.committed[p]) for p in range(lay.pages)))
+    assert explicit_bmc(lay, "api", 5, props=[committed]).status == "proved"
+    r = explicit_bmc(lay, "api", 5, props=[committed], content=True)
+    assert r.status == "violated" and r.steps[-1].action == "commit", r
+    # Prefix reuse: after a block of A was committed and its sequence closed, the only
+    # next step that brings back committed tokens is `create` with a prompt starting A.
+    t = lay.cfg.tokens_per_block
+    closed = [TraceStep("create", {"seq": 0, "prompt": []}), TraceStep("resume", {"seq": 0}),
+              TraceStep("resize", {"seq": 0, "capacity": t, "history": 0}),
+              TraceStep("commit", {"seq": 0, "tokens": [0] * t}), TraceStep("close", {"seq": 0})]
+    reused = _stand_in("no_prefix_reuse", lambda lay, s: any(
+        int(s.committed_tokens[q]) > 0 and int(s.seq_status[q]) == int(SeqStatus.SUSPENDED)
+        for q in range(lay.seqs)))
+    assert explicit_bmc(lay, "api", 1, prefix=closed, props=[reused]).status == "proved"
+    r = explicit_bmc(lay, "api", 1, prefix=closed, props=[reused], content=True)
+    assert r.status == "violated" and len(r.steps) == len(closed) + 1, r
+    assert r.steps[-1].action == "create" and r.steps[-1].params["prompt"][:t] == [0] * t
+    # The trace, token content and all, replays on the model to a state that breaks it.
+    m = Model(lay.cfg)
+    for step in r.steps:
+        run_api_step(m, step)
+    assert not reused.predicate(m.ops, lay, m.state)
 
 
 def test_explicit_engine_stops_as_unknown_past_its_state_budget() -> None:

@@ -5,7 +5,10 @@ Z3: the same alphabet (`bounded.api_instances` with every value of resize's capa
 history, or every page-action instance), the same start state, the same properties, and
 the same symmetry reduction (of interchangeable candidates only the lowest is tried).
 It checks more, by default: every invariant the layer's states keep
-(`bounded.every_invariant`), since on concrete states that is cheap.
+(`bounded.every_invariant`), since on concrete states that is cheap. With `content`
+it also explores what only concrete execution can: `commit` and prompts with token
+content (`content_moves`), so committed pages, prefix reuse and key clashes are in
+the search too.
 
 Each API program's nondeterminism is enumerated by re-running it with a script of choice
 positions, depth-first over its choice tree: the run takes the scripted candidate at
@@ -63,13 +66,30 @@ class _Scripted:
         return candidates[self.script[i] if i < len(self.script) else 0]
 
 
-def _api_moves(lay: Layout) -> list[tuple[str, dict[str, Any]]]:
-    """The API alphabet with every value of its symbolic arguments spelled out."""
+def _api_moves(lay: Layout, content: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """The API alphabet with every value of its symbolic arguments spelled out (and, with
+    `content`, the token-content moves of `content_moves`)."""
     out: list[tuple[str, dict[str, Any]]] = []
     for inst in api_instances(lay.cfg):
         names = list(inst.symbolic)
         for values in product(*(range(lo, hi + 1) for lo, hi in inst.symbolic.values())):
             out.append((inst.name, {**inst.args, **dict(zip(names, values, strict=True))}))
+    return out + (content_moves(lay) if content else [])
+
+
+def content_moves(lay: Layout) -> list[tuple[str, dict[str, Any]]]:
+    """Moves that carry token content, per sequence: `create` with a prompt of one or two
+    full blocks, `commit` of a partial block or of one full block. Two block contents, A
+    (zeros) and B (ones), are enough to tell a prefix hit (A after A) from a miss (B) and
+    to make a key clash (committing A where A is already committed)."""
+    t, most = lay.cfg.tokens_per_block, lay.cfg.max_capacity
+    a, b = (0,) * t, (1,) * t
+    prompts = [p for p in (a, a + b) if len(p) <= most]
+    commits = [(0,), a, b] if t > 1 else [a, b]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for q in range(lay.cfg.num_sequences):
+        out += [("create", {"seq": q, "prompt": p}) for p in prompts]
+        out += [("commit", {"seq": q, "tokens": c}) for c in commits]
     return out
 
 
@@ -81,11 +101,11 @@ class _Successors:
     """Every step from a state: (the trace step, the state after it or None when a
     page-action guard failed inside the API action)."""
 
-    def __init__(self, lay: Layout, layer: str) -> None:
+    def __init__(self, lay: Layout, layer: str, content: bool) -> None:
         self.lay = lay
         self.layer = layer
         self.model = Model(lay.cfg, reduce_symmetry=True)
-        self.api_moves = _api_moves(lay) if layer == "api" else []
+        self.api_moves = _api_moves(lay, content) if layer == "api" else []
         self.page_moves = page_instances(lay) if layer == "page" else []
         self.runs = 0  # programs run (API) or guards evaluated (page)
 
@@ -126,10 +146,12 @@ class _Successors:
 
 def explicit_bmc(lay: Layout, layer: str, depth: int, prefix: list[TraceStep] | None = None,
                  max_states: int = DEFAULT_MAX_STATES, timeout_s: float = 600.0,
-                 props: Sequence[Invariant] | None = None) -> BmcResult:
+                 props: Sequence[Invariant] | None = None, content: bool = False
+                 ) -> BmcResult:
     """Search breadth-first for the shortest run (<= depth steps) that breaks a property
     (`props`, default `every_invariant(layer)`; `bounded.properties(layer)` asks exactly
-    what the symbolic engine asks) or a page-action guard inside an API action.
+    what the symbolic engine asks) or a page-action guard inside an API action. `content`:
+    explore token content too (`content_moves`; the symbolic engine cannot).
 
     Same contract as `bmc.bmc`: the run starts in Init, or (API layer) in the state after
     `prefix`, and a trace found then starts with the prefix. "unknown" when more than
@@ -164,7 +186,7 @@ def explicit_bmc(lay: Layout, layer: str, depth: int, prefix: list[TraceStep] | 
     bad = broken(start)
     if bad:
         return result("violated", len(head), head, bad)
-    successors = _Successors(lay, layer)
+    successors = _Successors(lay, layer, content)
     frontier = [start]
     for k in range(depth):
         deeper: list[State] = []

@@ -75,6 +75,7 @@ class ProveConfig:
     config: KVConfig
     page_bmc: bool = False  # page-level BMC from Init in the default matrix
     api_bmc: bool = False  # API-level BMC from Init (symbolic: and from PARK_PREFIX)
+    api_content: bool = False  # ... explicit alone: with token content (commit, prompts)
     cost: float = 1.0  # relative run time, to start the slow cells first
 
 
@@ -86,7 +87,7 @@ PROVE_CONFIGS: dict[str, ProveConfig] = {c.name: c for c in (
                 _cfg((3,)), page_bmc=True),
     ProveConfig("gpu-host", "GPU + host (2 + 2 slots), 1 sequence",
                 _cfg((2, 2), pages=4),
-                api_bmc=True, cost=2.0),
+                api_bmc=True, api_content=True, cost=2.0),
     ProveConfig("gpu-host-disk", "GPU + host + disk (2 + 1 + 1 slots), 1 sequence",
                 _cfg((2, 1, 1), pages=4), api_bmc=True, cost=1.5),
     ProveConfig("gpu-host-2seq", "GPU + host (2 + 2 slots), 2 sequences, 2 blocks",
@@ -303,14 +304,19 @@ class _Job:
 
 
 def _bmc_runs(lay: Layout, layer: str, depth: int, engine: str,
-              prefix: list[TraceStep] | None = None) -> list[tuple[str, BmcResult]]:
+              prefix: list[TraceStep] | None = None, content: bool = False
+              ) -> list[tuple[str, BmcResult]]:
     """(engine, result) for each BMC engine `engine` names. Alone, the explicit engine
-    checks every invariant; beside the symbolic one, only what that one checks, so that
-    their answers must agree."""
+    checks every invariant (and explores token content where `content`); beside the
+    symbolic one, only what that one checks and explores, so that their answers must
+    agree."""
     out: list[tuple[str, BmcResult]] = []
-    if engine in ("explicit", "both"):
-        props = properties(layer) if engine == "both" else None
-        out.append(("explicit", explicit_bmc(lay, layer, depth, prefix=prefix, props=props)))
+    if engine == "explicit":
+        out.append(("explicit", explicit_bmc(lay, layer, depth, prefix=prefix,
+                                             content=content)))
+    if engine == "both":
+        out.append(("explicit", explicit_bmc(lay, layer, depth, prefix=prefix,
+                                             props=properties(layer))))
     if engine in ("symbolic", "both"):
         out.append(("symbolic", bmc(lay, layer, depth, prefix=prefix)))
     return out
@@ -344,8 +350,10 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
     runs: list[tuple[str, str, BmcResult]] = []  # (trace file tag, obligation, result)
 
     def search(tag: str, obligation: str, layer: str, steps: int,
-               prefix: list[TraceStep] | None = None) -> None:
-        found = _bmc_runs(lay, layer, steps, job.engine, prefix)
+               prefix: list[TraceStep] | None = None, content: bool = False) -> None:
+        if content and job.engine == "explicit":
+            obligation += " with token content"
+        found = _bmc_runs(lay, layer, steps, job.engine, prefix, content)
         both = len(found) > 1
         for eng, r in found:
             runs.append((f"{tag}-{eng}" if both else tag,
@@ -360,7 +368,7 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
     if page_depth > 0 and (pc.page_bmc or job.page_all):
         search("page", f"bmc:page<= {page_depth}", "page", page_depth)
     if depth > 0 and pc.api_bmc:
-        search("api", f"bmc:api<= {depth}", "api", depth)
+        search("api", f"bmc:api<= {depth}", "api", depth, content=pc.api_content)
     if depth > 0 and pc.api_bmc and pol != "unsafe" and depth < len(PARK_PREFIX) + PARK_DEPTH:
         search("api-park", f"bmc:api<= {PARK_DEPTH} after park", "api", PARK_DEPTH,
                list(PARK_PREFIX))
