@@ -4,11 +4,13 @@ caught at the right line; malformed files are usage errors with a line number.""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kvpocket.impl import CorruptionWarning
 from kvpocket.impl.eventlog import error_category
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.verify.cli.commands import main
@@ -173,12 +175,16 @@ def _unsafe_log(tmp_path: Path) -> Path:
     cfg = preset("tiny").with_pocket(True, "unsafe", evict_parked="migrate")
     for seed in range(20):
         path = tmp_path / f"unsafe-migrate-{seed}.ndjson"
-        record(cfg, 150, seed, path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CorruptionWarning)
+            record(cfg, 150, seed, path)
         rows = _rows(path)
         try:
             _first_unsafe_pop(rows)
         except StopIteration:
             continue
+        # The implementation noticed the aliasing it was driven into, and said so.
+        assert any(issubclass(w.category, CorruptionWarning) for w in caught)
         return path
     raise AssertionError("no migration-during-park pop in 20 seeds")
 
