@@ -343,10 +343,10 @@ def attention_scenario(cfg: KVConfig, steps: int = 24, head_dim: int = 4) -> boo
     return False
 
 
-# ---- Z3 ----------------------------------------------------------------------------------
+# ---- Z3 and explicit BMC -----------------------------------------------------------------
 
 
-EXPLICIT_BMC = "bmc:api<=7 explicit"  # its verdict's key in `z3_checks`
+EXPLICIT_BMC = "bmc:api explicit"  # its verdict's key in `z3_checks` (to UNSAFE_DEPTH)
 
 
 def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
@@ -364,10 +364,11 @@ def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
     cfg = PROVE_CONFIGS[m.prove_config].config.with_pocket(True, PocketPolicy.parse(m.policy))
     lay = Layout(cfg)
     out: dict[str, str] = {}
-    if not m.actions:
+    if m.actions:
+        for o in prove_config(lay, m.prove_config, actions=m.actions):
+            out[o.obligation] = o.status
+    else:
         out["induction"] = "n/a (API-layer definition)"
-    for o in prove_config(lay, m.prove_config, actions=m.actions) if m.actions else ():
-        out[o.obligation] = o.status
     api = explicit_bmc(lay, "api", UNSAFE_DEPTH,
                        timeout_s=max(1.0, budget_s - (time.monotonic() - t0)))
     out[EXPLICIT_BMC] = api.status if api.status != "unknown" else f"unknown ({api.detail})"
