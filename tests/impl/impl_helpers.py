@@ -50,17 +50,20 @@ def assert_clean(mgr: KVCacheManager) -> None:
     assert not bad, "\n".join(bad)
 
 
+def decoder(mgr: KVCacheManager, sid: int) -> KVCache:
+    """A created, resumed sequence that never commits (disaggregated-decode style)."""
+    kv = mgr.create(sid)
+    assert kv.resume()
+    kv.stop_committing()
+    return kv
+
+
 def decode_under_pressure(mgr: KVCacheManager, oracle: DecodeOracle, steps: int,
                           after_step: Callable[[int], None] | None = None) -> list[KVCache]:
     """Two sequences decode with the oracle; another tenant takes GPU slots every fifth
     step, and at step 20 one sequence is suspended, pushed down to the last level and
     resumed. `after_step(step)` runs after each step's traffic."""
-    kvs = []
-    for sid in range(2):
-        kv = mgr.create(sid)
-        assert kv.resume()
-        kv.stop_committing()
-        kvs.append(kv)
+    kvs = [decoder(mgr, sid) for sid in range(2)]
     for step in range(steps):
         for kv in kvs:
             assert oracle.decode_step(kv)

@@ -8,20 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from impl_helpers import assert_clean, swa_config
+from impl_helpers import assert_clean, decoder, swa_config
 
 from kvpocket.impl import KVCacheManager
 from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.model.config import GPU_LEVEL, NO_SLOT
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.presets import decode_config
-
-
-def decoder(mgr: KVCacheManager, sid: int) -> Any:
-    kv = mgr.create(sid)
-    assert kv.resume()
-    kv.stop_committing()  # disaggregated-decode style: pages are never committed
-    return kv
 
 
 def page_record(mgr: KVCacheManager, pid: int) -> dict[str, Any]:

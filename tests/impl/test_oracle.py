@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from impl_helpers import assert_clean, swa_config
+from impl_helpers import assert_clean, decoder, swa_config
 
 from kvpocket.impl import KVCacheManager
 from kvpocket.impl.backend import NumpyBackend
@@ -90,12 +90,7 @@ def test_oracle_reports_a_corrupted_slot(make_mgr: Any) -> None:
 def test_long_decode_with_two_sequences_and_host_level(make_mgr: Any, steps: int) -> None:
     mgr = make_mgr(swa_config(window=5, slots=(10, 6), pocket=True))
     oracle = DecodeOracle(mgr)
-    seqs = []
-    for sid in range(2):
-        kv = mgr.create(sid)
-        assert kv.resume()
-        kv.stop_committing()
-        seqs.append(kv)
+    seqs = [decoder(mgr, sid) for sid in range(2)]
     for step in range(steps):
         for kv in seqs:
             assert oracle.decode_step(kv)
@@ -123,12 +118,7 @@ def test_missing_wait_is_a_race_for_the_race_detector() -> None:
 
 def _decode(mgr: KVCacheManager, steps: int, nseq: int = 2) -> tuple[DecodeOracle, list[Any]]:
     oracle = DecodeOracle(mgr)
-    kvs = []
-    for sid in range(nseq):
-        kv = mgr.create(sid)
-        assert kv.resume()
-        kv.stop_committing()
-        kvs.append(kv)
+    kvs = [decoder(mgr, sid) for sid in range(nseq)]
     for _ in range(steps):
         for kv in kvs:
             assert oracle.decode_step(kv, verify=False)

@@ -5,19 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from impl_helpers import assert_clean, swa_config
+from impl_helpers import assert_clean, decoder, swa_config
 
 from kvpocket.impl import CorruptionWarning, KVCacheManager, LeakError, SlotRef
 from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.impl.undo import Choice
 from kvpocket.model.config import SeqStatus
-
-
-def decoder(mgr: KVCacheManager, sid: int) -> Any:
-    kv = mgr.create(sid)
-    assert kv.resume()
-    kv.stop_committing()  # disaggregated-decode style: pages are never committed
-    return kv
 
 
 @pytest.mark.parametrize("pocket", [False, True])
