@@ -13,7 +13,6 @@ import itertools
 from collections.abc import Iterator
 from typing import Protocol
 
-from . import mutants
 from .undo import Op
 
 _ticket = itertools.count()
@@ -59,7 +58,7 @@ class EvictionQueue:
         h = self._heap
         while h:
             p, t, pid = h[0]
-            if self.entries.get(pid) == (p, t) or mutants.active("queue-stale-head"):
+            if self.entries.get(pid) == (p, t):
                 return pid
             heapq.heappop(h)  # stale entry
         return None

@@ -32,7 +32,6 @@ from kvpocket.model.config import (
     stale_range,
 )
 
-from . import mutants
 from .allocator import Events
 from .exceptions import (
     CapacityError,
@@ -268,8 +267,7 @@ class KVCache:
         if all(s.id != self.stream.id for s in page.users):
             op.set(page, "users", (*page.users, self.stream))
         op.setitem(self.locked[i], b, False)
-        if not mutants.active("stale-index-entry"):
-            self._set_index(i, b, BAD_PAGE_INDEX, op)
+        self._set_index(i, b, BAD_PAGE_INDEX, op)
 
     def _release_entry(self, i: int, b: int, op: Op) -> None:
         page = self.pages[i][b]
@@ -303,7 +301,7 @@ class KVCache:
             if lc.window is None:
                 continue
             s0, e0 = self._stale[i]
-            s1, e1 = stale_range(lc, h - mutants.active("window-off-by-one"), self._t)
+            s1, e1 = stale_range(lc, h, self._t)
             if (s0, e0) == (s1, e1):
                 continue
             op.setitem(self._stale, i, (s1, e1))
@@ -312,8 +310,7 @@ class KVCache:
                 if page is None or not self.locked[i][b]:
                     continue
                 self._unlock(i, b, page, op)
-                if (b >= self.num_committed_blocks and self.commit_state is CommitState.ALLOWED
-                        and not mutants.active("park-while-committing")):
+                if b >= self.num_committed_blocks and self.commit_state is CommitState.ALLOWED:
                     op.set(page, "holds", page.holds + 1)  # kept for a later commit
                     st.requeue(page, op)
                 else:
@@ -329,12 +326,10 @@ class KVCache:
     def _parkable(self, page: Page) -> bool:
         pc = self._cfg.pocket
         return (pc.enabled and self._lcs[page.lc].is_swa
-                and (not page.committed or mutants.active("park-committed"))
-                and (self.commit_state is not CommitState.ALLOWED
-                     or mutants.active("park-while-committing"))
+                and not page.committed
+                and self.commit_state is not CommitState.ALLOWED
                 and page.level == GPU_LEVEL and page.has_slot
-                and (len(self.pocket[page.lc]) < pc.capacity
-                     or mutants.active("pocket-no-capacity")))
+                and len(self.pocket[page.lc]) < pc.capacity)
 
     def _settle_orphans(self, orphans: list[Page], op: Op, park: bool) -> None:
         for page in orphans:
@@ -346,16 +341,8 @@ class KVCache:
                 self._st.requeue(page, op)  # under `pin` this unqueues it
                 op.choose(("park", self.seq_id, page.lc, page.pid))
                 op.count("pocket_parks", self.seq_id)
-                if mutants.active("zoo-stale-slot-mapping"):  # (zoo: where it was parked)
-                    self.__dict__.setdefault("_zoo_parked_at", {})[page.pid] = page.slot
-                if mutants.active("zoo-park-over-credit"):  # (zoo: the allocator is credited too)
-                    self._st.allocs[GPU_LEVEL][page.group].release(
-                        page.slot, self._st.fence(page, op, self.seq_id), op)
             else:
-                if not (mutants.active("zoo-overflow-orphan-leak") and park
-                        and not page.committed
-                        and len(self.pocket[page.lc]) >= self._cfg.pocket.capacity):
-                    op.set(page, "holds", page.holds - 1)
+                op.set(page, "holds", page.holds - 1)
                 self._st.settle(page, op, self.seq_id)
 
     def _pop(self, i: int, op: Op) -> tuple[int, Events, bool] | None:
@@ -364,18 +351,13 @@ class KVCache:
         policy = self._cfg.pocket.policy
         while pocket:
             page = pocket.popleft()
-            if not mutants.active("pocket-pop-not-rolled-back"):
-                op.on_undo(pocket.appendleft, page)
+            op.on_undo(pocket.appendleft, page)
             op.set(page, "pocket_owner", None)
-            if policy is PocketPolicy.REVALIDATE and not mutants.active("pop-no-revalidate") and not (
+            if policy is PocketPolicy.REVALIDATE and not (
                 page.alive and page.level == GPU_LEVEL and page.has_slot
             ):
                 op.choose(("refuse", seq, i, page.pid))
                 op.count("pocket_refusals", seq)
-                if mutants.active("zoo-stale-slot-mapping") and page.level != GPU_LEVEL:
-                    stale = self.__dict__["_zoo_parked_at"][page.pid]  # (zoo: slot at park)
-                    if stale in st.allocs[GPU_LEVEL][page.group].occupied:  # reused by a live page
-                        st.allocs[GPU_LEVEL][page.group].release(stale, (), op)
                 op.set(page, "holds", page.holds - 1)
                 st.settle(page, op, seq)
                 continue
@@ -386,15 +368,11 @@ class KVCache:
                 st.stream_fence(s, op, seq) for s in page.users if s.id != self.stream.id
             )
             slot = page.slot
-            if not mutants.active("pop-slot-released-twice"):
-                op.set(page, "slot", NO_SLOT)
+            op.set(page, "slot", NO_SLOT)
             op.set(page, "holds", page.holds - 1)
             st.settle(page, op, seq)
             op.choose(("pop", seq, i, page.pid))
             op.count("pocket_pops", seq)
-            if mutants.active("zoo-pocket-dup-entry"):  # (zoo: the consumed id stays listed)
-                pocket.append(page)
-                op.on_undo(pocket.pop)
             return slot, evs, policy is not PocketPolicy.UNSAFE
         return None
 
@@ -590,16 +568,14 @@ class KVCache:
         self._require("suspend", SeqStatus.ACTIVE)
 
         def body(op: Op) -> None:
-            if not mutants.active("suspend-no-drain"):
-                self._drain_pocket(op)
+            self._drain_pocket(op)
             for i in range(len(self._lcs)):
                 for b in range(self.num_blocks):
                     page = self.pages[i][b]
                     if page is not None and self.locked[i][b]:
                         self._unlock(i, b, page, op)
                         op.set(page, "holds", page.holds + 1)
-                        if not mutants.active("suspend-not-evictable"):
-                            self._st.requeue(page, op)
+                        self._st.requeue(page, op)
             op.set(self, "status", SeqStatus.SUSPENDED)
 
         self._txn.run(body)
@@ -627,18 +603,14 @@ class KVCache:
                 own.append(page)
                 if not (s <= b < e):
                     targets.append((i, b, page))
-                elif mutants.active("zoo-stale-block-table"):  # (zoo: rebuilt from every entry)
-                    self._set_index(i, b, page.slot, op)
         for _, _, page in targets:  # pin: making room must never evict what we bring back
-            if not mutants.active("zoo-resume-no-pin"):
-                st.unqueue(page, op)
+            st.unqueue(page, op)
         st.bring_to_gpu([p for _, _, p in targets], op, self.seq_id)
         for i, b, page in targets:
             # Order after every earlier user's work on the page (e.g. the sequence that
             # wrote a reused prefix block), not only after its last fenced events.
             evs = st.fence(page, op, self.seq_id)
-            if not mutants.active("resume-no-wait"):
-                st.wait_for(self.stream, evs, op, self.seq_id)
+            st.wait_for(self.stream, evs, op, self.seq_id)
             op.set(page, "holds", page.holds - 1)
             op.set(page, "locks", page.locks + 1)
             op.setitem(self.locked[i], b, True)
@@ -681,8 +653,7 @@ class KVCache:
                 self._corruption(finding)
 
     def _close(self, op: Op) -> None:
-        if not mutants.active("close-no-drain"):
-            self._drain_pocket(op)
+        self._drain_pocket(op)
         for b in range(self.num_blocks - 1, -1, -1):
             for i in range(len(self._lcs)):
                 self._release_entry(i, b, op)

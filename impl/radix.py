@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import mutants
 from .undo import Op
 
 ROOT = 0
@@ -73,7 +72,7 @@ class RadixTree:
     def unset_page(self, nid: int, lc: int, op: Op) -> None:
         """Forget a dropped page; prune nodes left with no page, child or reference."""
         self.set_page(nid, lc, None, op)
-        self._prune(nid, op, detach=mutants.active("zoo-prune-live-node"))
+        self._prune(nid, op)
 
     def acquire(self, nid: int, op: Op) -> None:
         """A sequence's committed blocks include this node."""
@@ -84,13 +83,12 @@ class RadixTree:
         op.set(node, "refs", node.refs - 1)
         self._prune(nid, op)
 
-    def _prune(self, nid: int, op: Op, detach: bool = False) -> None:
+    def _prune(self, nid: int, op: Op) -> None:
         cur = nid
         while cur != ROOT:
             node = self.nodes[cur]
-            if node.children or (not detach and (node.refs or node.has_page())):
+            if node.children or node.refs or node.has_page():
                 break
-            detach = False  # (zoo: only the block whose page was dropped is detached)
             self._unlink(cur)
             op.on_undo(self._link, node)
             cur = node.parent

@@ -36,7 +36,6 @@ from typing import Any
 
 from kvpocket.model.config import GPU_LEVEL, NO_SLOT, KVConfig, PocketPolicy
 
-from . import mutants
 from .allocator import Events, FirstSlotPolicy, SlotAllocator, SlotPolicy
 from .backend.protocol import Backend, EventRef, StreamRef
 from .eviction import EvictionQueue, QueueOrderVictimPolicy, VictimPolicy
@@ -155,8 +154,6 @@ class Storage:
         if page.locks == 0 and page.holds == 0 and not page.committed:
             self.unqueue(page, op)
             if page.has_slot:
-                if mutants.active("zoo-swa-free-inflight") and self.cfg.life_cycles[page.lc].is_swa:
-                    op.set(page, "users", ())  # (zoo: freed at schedule time, reads in flight)
                 self.release_slot(page, op, seq)
             self._kill(page, op)
         else:
@@ -249,9 +246,7 @@ class Storage:
 
     def evict(self, page: Page, op: Op, seq: int | None) -> None:
         level = page.level
-        # (mutant: the removal goes to a throwaway undo log, so a rollback never re-queues)
-        self.queues[level][page.group].remove(
-            page.pid, Op() if mutants.active("cascade-no-requeue") else op)
+        self.queues[level][page.group].remove(page.pid, op)
         op.choose(("evict", level, page.group, page.pid))
         op.count("evictions", seq)
         if level == self.last:
@@ -273,10 +268,7 @@ class Storage:
                 return
             raise
         self.migrate(page, level + 1, op, seq)
-        if mutants.active("zoo-requeue-wrong-level"):  # (zoo: bookkeeping on the old level's list)
-            self.queues[level][page.group].push(page.pid, page.priority, op)
-        else:
-            self.requeue(page, op)
+        self.requeue(page, op)
 
     def drop(self, page: Page, op: Op, seq: int | None) -> None:
         """Destroy a DROPPABLE committed page: unlink from the tree, free its slot."""
@@ -284,8 +276,7 @@ class Storage:
         op.choose(("drop", page.level, page.pid))
         op.count("drops", seq)
         self.unqueue(page, op)
-        if page.node is not None and not (mutants.active("zoo-evicted-swa-still-cached")
-                                          and self.cfg.life_cycles[page.lc].is_swa):
+        if page.node is not None:
             self.tree.unset_page(page.node, page.lc, op)
         if page.has_slot:
             self.release_slot(page, op, seq)
@@ -311,8 +302,6 @@ class Storage:
         dst_slot, dst_evs = self.alloc(dst_level, page.group, op, seq)
         src_evs = self.fence(page, op, seq)
         cs = self.copy_stream
-        if dst_level == GPU_LEVEL and mutants.active("zoo-load-dst-no-wait"):
-            dst_evs = ()  # (zoo: the load ignores the destination slot's last readers)
         self.wait_for(cs, src_evs + dst_evs, op, seq)
         dst_pool = self.pools[dst_level][page.group]
         src_pool = self.pools[src_level][page.group]
@@ -331,13 +320,7 @@ class Storage:
         op.set(page, "level", dst_level)
         op.set(page, "slot", dst_slot)
         op.set(page, "events", (ev,))
-        released_with: Events = () if mutants.active("migrate-no-wait") else (ev,)
-        if src_level == GPU_LEVEL and mutants.active("zoo-store-src-step-fence"):
-            released_with = src_evs  # (zoo: the compute step's fence, not the store's event)
-        self.allocs[src_level][page.group].release(src_slot, released_with, op)
-        if page.pocket_owner is not None and mutants.active("zoo-offload-double-free"):
-            self.allocs[src_level][page.group].recycled.append(src_slot)  # (zoo: listed twice)
-            op.on_undo(self.allocs[src_level][page.group].recycled.pop)
+        self.allocs[src_level][page.group].release(src_slot, (ev,), op)
         op.count("releases", seq)
         op.choose(("migrate", page.pid, src_level, dst_level, dst_slot))
 

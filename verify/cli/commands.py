@@ -19,14 +19,17 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
 from kvpocket.model.errors import UsageError
 from kvpocket.model.spec import mermaid_page_life, spec_json
+from kvpocket.verify import patching
 from kvpocket.verify.presets import DEFAULT_PRESET, PRESETS, preset
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+MUTANT_ENV = "KVPOCKET_MUTANT"  # read by earlier versions; refused, never silently ignored
 
 
 class CliError(Exception):
@@ -236,6 +239,9 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list-configs", action="store_true",
                    help="list the preset configurations and the default matrix")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.add_argument("--mutant", metavar="NAME", default=None,
+                   help="switch one seeded implementation bug on (`kvpocket mutants --list`, "
+                   "`--zoo --list`): the campaign should find it; its reproducers name it")
 
 
 def _list_configs() -> None:
@@ -251,6 +257,26 @@ def _list_configs() -> None:
 def cmd_fuzz(args: argparse.Namespace) -> int:
     """Run a lockstep fuzz campaign: implementation against the model (by default the
     matrix of configurations and policies that reaches every hazard)."""
+    if args.mutant is None:
+        return _cmd_fuzz(args)
+    with seeded_bugs("argument --mutant", [args.mutant], "switched on"):
+        return _cmd_fuzz(args)
+
+
+def seeded_bugs(where: str, names: Sequence[str], how: str) -> AbstractContextManager[None]:
+    """Switch seeded implementation bugs on for a command, saying so on its first line;
+    an unknown name is a usage error naming the allowed ones."""
+    from kvpocket.verify.quality.patches import BUGS, switched_on, unknown_bug
+
+    for n in names:
+        if n not in BUGS:
+            raise CliError(f"{where}: {unknown_bug(n)}")
+    print(f"seeded bug {how}: {', '.join(names)} (the implementation is deliberately "
+          "broken; verify/quality/patches.py)", flush=True)
+    return switched_on(*names)
+
+
+def _cmd_fuzz(args: argparse.Namespace) -> int:
     from kvpocket.verify.cli.render import print_campaign
     from kvpocket.verify.conformance.fuzz import CampaignSpec, CampaignUsageError, run_campaign, write_json
     from kvpocket.verify.conformance.profiles import PROFILES
@@ -361,7 +387,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         else:
             check_gpu(f"{args.trace}: the header asks for backend cupy",
                       "; --backend numpy replays the trace on the CPU")
-    result = replay(trace, backend=backend)
+    try:
+        bugs = patching.trace_bugs(trace.extra)
+    except ValueError as exc:
+        raise CliError(f"{args.trace}: {exc}") from None
+    with seeded_bugs(f"{args.trace}: header field {patching.TRACE_KEY!r}", bugs,
+                     "switched on, as recorded in the trace") if bugs else nullcontext():
+        result = replay(trace, backend=backend)
     if result.ok:
         print(f"replayed {result.steps_run} steps: implementation and model agree, "
               "every invariant holds, the data oracle is clean")
@@ -538,6 +570,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = " ".join(x for x in ("kvpocket", _command_of(argv)) if x)
     try:
+        if os.environ.get(MUTANT_ENV) is not None:  # never a hidden switch: say so and stop
+            raise CliError(f"environment variable {MUTANT_ENV} is no longer read (impl/ has "
+                           "no switches); unset it, and switch a seeded bug on with "
+                           "`kvpocket fuzz --mutant NAME` (`kvpocket mutants --list`)")
         args = parser.parse_args(argv)
         if getattr(args, "list_configs", False):
             _list_configs()

@@ -22,6 +22,7 @@ from hypothesis.errors import FailedHealthCheck, InvalidArgument
 from hypothesis.stateful import get_state_machine_test
 
 from kvpocket.model.config import KVConfig, PocketPolicy
+from kvpocket.verify import patching
 from kvpocket.verify.conformance.lockstep import RARE_STATES
 from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
 from kvpocket.verify.conformance.replay import replay
@@ -152,9 +153,11 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
                       message: str, tag: str) -> Failure:
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    bugs = patching.active_names()  # seeded bugs switched on: the reproducer needs them
     shrunk = Trace(spec.cfg, [TraceStep(a, p) for a, p in trace], source="fuzz",
                    backend=spec.backend, eager=False,
-                   extra={"seed": spec.seed, "config_name": spec.config_name})
+                   extra={"seed": spec.seed, "config_name": spec.config_name,
+                          **({patching.TRACE_KEY: bugs} if bugs else {})})
     t = minimize(shrunk)
     if len(t.steps) < len(shrunk.steps):
         result = replay(t)
@@ -164,15 +167,20 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
     test_path = unused_path(out / f"test_failure_{trace_path.stem[8:].replace('-', '_')}.py")
     first = message.splitlines()[0] if message else "failure"
     body = "\n".join(t.lines())
+    on = ", ".join(bugs)
     write_text_atomic(test_path,
         f'"""Reproducer written by `kvpocket fuzz` (config {spec.config_name}, seed '
-        f'{spec.seed}).\n\n{first}\n"""\n\n'
+        f'{spec.seed}'
+        + (f'; seeded bug switched on: {on}' if bugs else '') + f').\n\n{first}\n"""\n\n'
         "from kvpocket.verify.conformance.replay import replay\n"
-        "from kvpocket.verify.traces.trace import parse_trace\n\n"
+        + ("from kvpocket.verify.quality.patches import switched_on\n" if bugs else "")
+        + "from kvpocket.verify.traces.trace import parse_trace\n\n"
         f"TRACE = r'''\n{body}\n'''\n\n\n"
         "def test_reproduces() -> None:\n"
-        "    result = replay(parse_trace(TRACE.splitlines()))\n"
-        "    assert result.ok, result.report\n"
+        + (f"    with switched_on({', '.join(repr(b) for b in bugs)}):\n"
+           "        result = replay(parse_trace(TRACE.splitlines()))\n" if bugs else
+           "    result = replay(parse_trace(TRACE.splitlines()))\n")
+        + "    assert result.ok, result.report\n"
     )
     return Failure(message, str(trace_path), str(test_path), len(t.steps))
 
@@ -265,9 +273,11 @@ def _usage_message(exc: BaseException, spec: CampaignSpec) -> str:
 _SHARED_STEPS: Any = None  # a multiprocessing.Value, inherited by each worker
 
 
-def init_worker(counter: Any) -> None:
+def init_worker(counter: Any, bugs: tuple[patching.SeededBug, ...] = ()) -> None:
+    """A worker process: the shared step counter, and the seeded bugs its parent had on."""
     global _SHARED_STEPS
     _SHARED_STEPS = counter
+    patching.install(bugs)
 
 
 def worker_entry(spec: CampaignSpec) -> CampaignReport:
@@ -333,7 +343,8 @@ def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = Tru
         for i in range(workers)
     ]
     with CampaignProgress(spec, show_progress) as bar, \
-            ctx.Pool(workers, initializer=init_worker, initargs=(counter,)) as pool:
+            ctx.Pool(workers, initializer=init_worker,
+                     initargs=(counter, patching.active())) as pool:
         pending = pool.map_async(worker_entry, specs)
         try:
             while not pending.ready():

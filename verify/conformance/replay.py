@@ -13,8 +13,9 @@ from typing import Any
 
 from kvpocket.model.errors import ModelError
 from kvpocket.model.machine import Model
+from kvpocket.verify import patching
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
-from kvpocket.verify.traces.trace import Trace
+from kvpocket.verify.traces.trace import Trace, TraceError
 
 
 @dataclass
@@ -48,7 +49,15 @@ class _ForcedSlots:
 
 
 def replay(trace: Trace, backend: str | None = None) -> ReplayResult:
-    """Run a trace; the first divergence or violated invariant ends it."""
+    """Run a trace; the first divergence or violated invariant ends it. A trace recorded
+    with seeded bugs switched on (its header's `seeded_bugs`) replays only with the same
+    bugs on (`kvpocket replay` switches them on; so does its pytest reproducer): otherwise
+    TraceError, never a replay of the correct implementation that passes."""
+    missing = patching.missing_bugs(trace.extra)
+    if missing:
+        raise TraceError(f"the trace was recorded with seeded bug(s) {', '.join(missing)} "
+                         "switched on; replay it with `kvpocket replay`, or inside "
+                         "kvpocket.verify.quality.patches.switched_on(...)")
     if any(s.layer == "page" for s in trace.steps):
         return _replay_page_layer(trace)
     ls = Lockstep(trace.config, backend=backend or trace.backend, eager=trace.eager)

@@ -1,9 +1,10 @@
 """The seeded-bug (mutation) campaign: does the kit find realistic bugs, and how fast?
 
-Each mutant in `MUTANTS` is a named bug switched on without editing a source file. An
-implementation mutant is a `mutants.active(name)` branch in `impl/` (`kvpocket.impl.mutants`,
-or `KVPOCKET_MUTANT=name`); a spec mutant overrides one of the model's labelled conditions
-from outside (`kvpocket.model.overrides`: the spec carries no switches). For each one
+Each mutant in `MUTANTS` is a named bug switched on from outside the code it breaks. An
+implementation mutant is a source patch of one or two functions of `impl/`, applied to a
+copy of their source while it is on (`verify/quality/patches.py: BUGS`, same names; impl/
+has no switches); a spec mutant overrides one of the model's labelled conditions from
+outside (`kvpocket.model.overrides`: the spec carries no switches). For each one
 `run_mutants`:
 
 * runs the default campaign (`verify/conformance/matrix.py`: what `kvpocket fuzz` runs with no
@@ -36,12 +37,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpocket.impl.mutants import enable
 from kvpocket.model.api import WINDOW_START
 from kvpocket.model.config import KVConfig, PocketPolicy
 from kvpocket.model.overrides import Override, overriding
 from kvpocket.model.pages import POCKET_NOT_FULL, STILL_VALID
 from kvpocket.verify.presets import PRESETS, decode_config
+from kvpocket.verify.quality.patches import switched_on
 from kvpocket.verify.traces.trace import write_atomic
 
 # Campaign configurations: the presets, plus one with room for a full pocket (3+ stale
@@ -92,7 +93,7 @@ class Mutant:
     layer: str  # "impl" (the implementation is wrong) or "model" (the spec is wrong)
     description: str
     modelled_on: str
-    switch: str  # where it lives: the `mutants.active(name)` branch, or the overridden spec
+    switch: str  # where it lives: the function its patch edits, or the overridden spec
     preset: str  # lockstep campaign configuration (a `CONFIGS` name)
     policy: str = "revalidate"
     data: bool = False  # corrupts KV data: the attention check runs too
@@ -396,7 +397,7 @@ def run_mutant(m: Mutant, budget_s: float = 60.0, attention: bool = True,
     """Every detector on one mutant, with its switch on (restored afterwards)."""
     res = MutantResult(m.name, m.layer, origin=f"seeded: {m.modelled_on}")
     t0 = time.monotonic()
-    with enable(m.name), overriding(m.overrides):
+    with switched_on(*([m.name] if m.layer == "impl" else [])), overriding(m.overrides):
         c = default_campaign(budget_s, out_dir=out_dir)
         res.campaign = f"default campaign, {c.detail}: killed: {c.kind}" if c.killed \
             else c.detail

@@ -1,10 +1,11 @@
-"""The bug zoo: bugs reported against real KV-cache managers, recreated in `impl/`.
+"""The bug zoo: bugs reported against real KV-cache managers, recreated as patches of `impl/`.
 
 Separate from the seeded mutants (`verify/quality/seeded.py: MUTANTS`), which were written
 alongside the kit: the zoo is the kit's test of teeth on bugs it was *not* built around
 (issue 12). Each `ZooBug` is one upstream report recreated as its hazard class in
-kvpocket's terms, behind a one-line `if mutants.active("zoo-...")` switch in `impl/`
-(off by default; `with enable(name):` or `KVPOCKET_MUTANT=name` switches it on).
+kvpocket's terms, as a source patch of the `impl/` function named by `switch`, applied to
+a copy of its source while the bug is on (`verify/quality/patches.py: BUGS`, same name;
+`with switched_on(name):`, or `kvpocket fuzz --mutant NAME`). impl/ has no switches.
 
 A zoo bug must be killed by the *default campaign* (`verify/conformance/matrix.py: run_matrix`, what
 `kvpocket fuzz` runs with no options), not by a preset picked per bug. `preset` and
@@ -18,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvpocket.impl.mutants import enable
 from kvpocket.model.config import KVConfig, PocketPolicy
+from kvpocket.verify.quality.patches import switched_on
 
 if TYPE_CHECKING:
     from kvpocket.verify.quality.seeded import MutantResult
@@ -35,7 +36,7 @@ class ZooBug:
     description: str  # one line: what went wrong upstream
     hazard: str  # hazard class (one of HAZARDS)
     recreation: str  # the change that recreates it in kvpocket's terms
-    switch: str  # "impl/<file>.py <Class.function>" where the `mutants.active` branch lives
+    switch: str  # "impl/<file>.py <Class.function>": the function(s) its patch edits
     counterpart: str  # "direct" or "closest: <why>"
     data: bool = False  # corrupts KV data (the data oracle is the intended detector)
     preset: str = "tiny"  # where it is reachable (a `verify.mutants.CONFIGS` name)
@@ -202,7 +203,7 @@ def run_zoo_bug(bug: ZooBug, budget_s: float = 60.0, seed: int = 0, workers: int
 
     res = MutantResult(bug.name, "impl", origin=bug.origin, hazard=bug.hazard)
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-zoo-")
-    with enable(bug.name):
+    with switched_on(bug.name):
         if not targeted:
             c = default_campaign(budget_s, seed=seed, workers=workers, out_dir=out)
             res.campaign = f"default campaign, {c.detail}: killed: {c.kind}" if c.killed \

@@ -1,0 +1,206 @@
+"""The source patches that make each seeded implementation bug and each zoo bug.
+
+`impl/` has no switches: every bug below is a few `SourceEdit`s applied to a copy of one
+or two functions of `impl/` while it is switched on (`switched_on`, built on
+`kvpocket.verify.patching`). The descriptions, origins and detectors of the bugs are in
+`seeded.py: MUTANTS` (seeded bugs) and `zoo.py: ZOO` (bugs reported upstream); a bug of
+either registry has its edits here under the same name (a test checks both ways).
+
+To add an implementation bug:
+
+1. describe it in `MUTANTS` (layer "impl") or `ZOO`, with `switch` naming the function;
+2. add `_bug(name, edit(target, old, new), ...)` below: `old` is text copied verbatim
+   (indentation included) from the target function and must occur in it exactly once;
+   `new` is what the bug writes instead. Functions edited by one bug may share state
+   through the dictionary `bug_state`;
+3. `pytest tests/quality/test_patches.py` checks that every edit applies and changes the
+   function; `kvpocket mutants --only NAME` (or `--zoo --only NAME`) must kill it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kvpocket.verify.patching import SeededBug, SourceEdit, patched
+
+KVCACHE = "kvpocket.impl.kvcache:KVCache."
+STORAGE = "kvpocket.impl.storage:Storage."
+
+
+def edit(target: str, old: str, new: str) -> SourceEdit:
+    return SourceEdit(target, old, new)
+
+
+def _bug(name: str, *edits: SourceEdit) -> SeededBug:
+    return SeededBug(name, edits)
+
+
+BUGS: dict[str, SeededBug] = {b.name: b for b in (
+    # ---- seeded mutants (verify/quality/seeded.py: MUTANTS) -----------------------------
+    _bug("pop-no-revalidate", edit(
+        KVCACHE + "_pop",
+        "if policy is PocketPolicy.REVALIDATE and not (",
+        "if False and not (")),
+    _bug("suspend-no-drain", edit(
+        KVCACHE + "suspend",
+        "            self._drain_pocket(op)\n",
+        "            pass\n")),
+    _bug("close-no-drain", edit(
+        KVCACHE + "_close",
+        "        self._drain_pocket(op)\n",
+        "        pass\n")),
+    _bug("pocket-pop-not-rolled-back", edit(
+        KVCACHE + "_pop",
+        "            op.on_undo(pocket.appendleft, page)\n",
+        "")),
+    _bug("pocket-no-capacity", edit(
+        KVCACHE + "_parkable",
+        "and len(self.pocket[page.lc]) < pc.capacity)",
+        "and True)")),
+    _bug("park-committed", edit(
+        KVCACHE + "_parkable",
+        "and not page.committed\n",
+        "and True\n")),
+    _bug("park-while-committing",
+         edit(KVCACHE + "_stale_transition",
+              "and self.commit_state is CommitState.ALLOWED:",
+              "and self.commit_state is CommitState.ALLOWED and False:"),
+         edit(KVCACHE + "_parkable",
+              "and self.commit_state is not CommitState.ALLOWED\n",
+              "and True\n")),
+    _bug("migrate-no-wait", edit(
+        STORAGE + "migrate",
+        ".release(src_slot, (ev,), op)",
+        ".release(src_slot, (), op)")),
+    _bug("pop-slot-released-twice", edit(
+        KVCACHE + "_pop",
+        '            op.set(page, "slot", NO_SLOT)\n',
+        "")),
+    _bug("queue-stale-head", edit(
+        "kvpocket.impl.eviction:EvictionQueue.first",
+        "if self.entries.get(pid) == (p, t):",
+        "if True:")),
+    _bug("cascade-no-requeue", edit(  # the removal goes to a throwaway undo log
+        STORAGE + "evict",
+        "self.queues[level][page.group].remove(page.pid, op)",
+        "self.queues[level][page.group].remove(page.pid, Op())")),
+    _bug("stale-index-entry", edit(
+        KVCACHE + "_unlock",
+        "        self._set_index(i, b, BAD_PAGE_INDEX, op)\n",
+        "")),
+    _bug("window-off-by-one", edit(
+        KVCACHE + "_stale_transition",
+        "stale_range(lc, h, self._t)",
+        "stale_range(lc, h - 1, self._t)")),
+    _bug("suspend-not-evictable", edit(
+        KVCACHE + "suspend",
+        "                        self._st.requeue(page, op)\n",
+        "                        pass\n")),
+    _bug("resume-no-wait", edit(
+        KVCACHE + "_resume",
+        "            st.wait_for(self.stream, evs, op, self.seq_id)\n",
+        "")),
+    # ---- the bug zoo (verify/quality/zoo.py: ZOO) ----------------------------------------
+    _bug("zoo-load-dst-no-wait", edit(  # the load ignores the destination slot's readers
+        STORAGE + "migrate",
+        "        self.wait_for(cs, src_evs + dst_evs, op, seq)\n",
+        "        if dst_level == GPU_LEVEL:\n"
+        "            dst_evs = ()\n"
+        "        self.wait_for(cs, src_evs + dst_evs, op, seq)\n")),
+    _bug("zoo-store-src-step-fence", edit(  # the compute step's fence, not the store's event
+        STORAGE + "migrate",
+        ".release(src_slot, (ev,), op)",
+        ".release(src_slot, src_evs if src_level == GPU_LEVEL else (ev,), op)")),
+    _bug("zoo-swa-free-inflight", edit(  # freed at schedule time, its reads in flight
+        STORAGE + "settle",
+        "                self.release_slot(page, op, seq)\n",
+        "                if self.cfg.life_cycles[page.lc].is_swa:\n"
+        '                    op.set(page, "users", ())\n'
+        "                self.release_slot(page, op, seq)\n")),
+    _bug("zoo-pocket-dup-entry", edit(  # the consumed page stays listed
+        KVCACHE + "_pop",
+        '            op.count("pocket_pops", seq)\n',
+        '            op.count("pocket_pops", seq)\n'
+        "            pocket.append(page)\n"
+        "            op.on_undo(pocket.pop)\n")),
+    _bug("zoo-offload-double-free", edit(  # the source slot is listed free twice
+        STORAGE + "migrate",
+        "        self.allocs[src_level][page.group].release(src_slot, (ev,), op)\n",
+        "        self.allocs[src_level][page.group].release(src_slot, (ev,), op)\n"
+        "        if page.pocket_owner is not None:\n"
+        "            self.allocs[src_level][page.group].recycled.append(src_slot)\n"
+        "            op.on_undo(self.allocs[src_level][page.group].recycled.pop)\n")),
+    _bug("zoo-stale-slot-mapping",  # the pocket remembers where a page was parked
+         edit(KVCACHE + "_settle_orphans",
+              '                op.count("pocket_parks", self.seq_id)\n',
+              '                op.count("pocket_parks", self.seq_id)\n'
+              "                bug_state[(id(self), page.pid)] = page.slot\n"),
+         edit(KVCACHE + "_pop",
+              '                op.count("pocket_refusals", seq)\n',
+              '                op.count("pocket_refusals", seq)\n'
+              "                if page.level != GPU_LEVEL:\n"
+              "                    stale = bug_state[(id(self), page.pid)]\n"
+              "                    if stale in st.allocs[GPU_LEVEL][page.group].occupied:\n"
+              "                        st.allocs[GPU_LEVEL][page.group].release(stale, (), op)\n")),
+    _bug("zoo-evicted-swa-still-cached", edit(  # a dropped SWA page stays in the tree
+        STORAGE + "drop",
+        "        if page.node is not None:\n",
+        "        if page.node is not None and not self.cfg.life_cycles[page.lc].is_swa:\n")),
+    _bug("zoo-overflow-orphan-leak", edit(  # an orphan the full pocket refuses keeps its hold
+        KVCACHE + "_settle_orphans",
+        "            else:\n"
+        '                op.set(page, "holds", page.holds - 1)\n',
+        "            else:\n"
+        "                if not (park and not page.committed\n"
+        "                        and len(self.pocket[page.lc]) >= self._cfg.pocket.capacity):\n"
+        '                    op.set(page, "holds", page.holds - 1)\n')),
+    _bug("zoo-park-over-credit", edit(  # parking also credits the slot to the allocator
+        KVCACHE + "_settle_orphans",
+        '                op.count("pocket_parks", self.seq_id)\n',
+        '                op.count("pocket_parks", self.seq_id)\n'
+        "                self._st.allocs[GPU_LEVEL][page.group].release(\n"
+        "                    page.slot, self._st.fence(page, op, self.seq_id), op)\n")),
+    _bug("zoo-prune-live-node", edit(  # the dropped page's node is detached, referenced or not
+        "kvpocket.impl.radix:RadixTree.unset_page",
+        "        self._prune(nid, op)\n",
+        "        node = self.nodes[nid]\n"
+        "        if nid != ROOT and not node.children:\n"
+        "            self._unlink(nid)\n"
+        "            op.on_undo(self._link, node)\n"
+        "            nid = node.parent\n"
+        "        self._prune(nid, op)\n")),
+    _bug("zoo-resume-no-pin", edit(  # making room may evict what the load-back brings back
+        KVCACHE + "_resume",
+        "            st.unqueue(page, op)\n",
+        "            pass\n")),
+    _bug("zoo-requeue-wrong-level", edit(  # the queue entry is written to the level it left
+        STORAGE + "evict",
+        "        self.migrate(page, level + 1, op, seq)\n"
+        "        self.requeue(page, op)\n",
+        "        self.migrate(page, level + 1, op, seq)\n"
+        "        self.queues[level][page.group].push(page.pid, page.priority, op)\n")),
+    _bug("zoo-stale-block-table", edit(  # the index table rebuilt from every held entry
+        KVCACHE + "_resume",
+        "                    targets.append((i, b, page))\n",
+        "                    targets.append((i, b, page))\n"
+        "                else:\n"
+        "                    self._set_index(i, b, page.slot, op)\n")),
+)}
+
+
+def unknown_bug(name: str) -> str:
+    """The usage-error line for a name that is not a seeded implementation bug."""
+    return f"unknown seeded bug {name!r}; expected one of " + ", ".join(BUGS)
+
+
+@contextmanager
+def switched_on(*names: str) -> Iterator[None]:
+    """Switch the named implementation bugs on for the block (and for the worker processes
+    a campaign in it spawns); the product code comes back afterwards. Raises KeyError
+    (with `unknown_bug`'s message) for a name that is not in `BUGS`."""
+    for n in names:
+        if n not in BUGS:
+            raise KeyError(unknown_bug(n))
+    with patched(BUGS[n] for n in names):
+        yield
