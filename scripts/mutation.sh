@@ -90,7 +90,7 @@ if [ "${MUTATION_RESUME:-0}" != 1 ] || [ ! -f "${sessions[0]}" ]; then
   echo "== init"
   (cd "$T0" && PYTHONPATH="$T0/.devpath" "$CR" init cosmic-ray.toml session.sqlite)
   # cosmic-ray's own filters first (operator excludes, `# pragma: no mutate` lines), then
-  # ours: seeded-bug switches, exception message text, and the sample.
+  # ours: exception message text, annotations, and the sample.
   (cd "$T0" && "$ROOT/.venv/bin/cr-filter-operators" session.sqlite cosmic-ray.toml)
   (cd "$T0" && "$ROOT/.venv/bin/cr-filter-pragma" session.sqlite)
   probe "$T0" filter session.sqlite --root . --sample "$SAMPLE" --seed "$SEED" \

@@ -5,14 +5,13 @@ mutants were written for. Run with `pytest -m quality -n 2`."""
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 import pytest
 
-from kvpocket.impl import mutants as switchboard
 from kvpocket.model.overrides import overriding
+from kvpocket.verify import patching
+from kvpocket.verify.quality.patches import BUGS
 from kvpocket.verify.quality.seeded import (
     CONFIGS,
     EXPLICIT_BMC,
@@ -43,12 +42,12 @@ def _params() -> list[object]:
 
 def test_registry_is_complete() -> None:
     assert len(MUTANTS) >= 14
-    impl_sources = "\n".join(p.read_text() for p in (ROOT / "impl").glob("*.py")
-                             if p.name != "mutants.py")
-    switched = set(re.findall(r'mutants\.active\("([a-z0-9-]+)"\)', impl_sources))
-    switched = {n for n in switched if not n.startswith("zoo-")}  # the bug zoo: test_zoo.py
+    patched = {n for n in BUGS if not n.startswith("zoo-")}  # the bug zoo: test_zoo.py
     impl_mutants = {m.name for m in MUTANTS.values() if m.layer == "impl"}
-    assert switched == impl_mutants, "every implementation mutant has a switch and vice versa"
+    assert patched == impl_mutants, "every implementation mutant has a patch and vice versa"
+    for name in impl_mutants:  # `switch` names the functions the patch edits
+        edited = {e.target.rpartition(":")[2] for e in BUGS[name].edits}
+        assert all(f.split(".")[-1] in MUTANTS[name].switch for f in edited), name
     model_sources = "\n".join(p.read_text() for p in (ROOT / "model").glob("*.py"))
     assert "mutants" not in model_sources, "the spec carries no switches"
     for m in MUTANTS.values():
@@ -56,15 +55,6 @@ def test_registry_is_complete() -> None:
         assert m.preset in CONFIGS
         assert (m.layer == "model") == m.name.startswith("model-")
         assert (m.layer == "model") == bool(m.overrides), "spec mutants are label overrides"
-
-
-def test_enable_restores() -> None:
-    assert not switchboard.active_names()
-    with switchboard.enable("window-off-by-one"):
-        assert switchboard.active("window-off-by-one")
-        assert os.environ[switchboard.ENV] == "window-off-by-one"
-    assert not switchboard.active("window-off-by-one")
-    assert switchboard.ENV not in os.environ
 
 
 @pytest.mark.quality
@@ -78,7 +68,7 @@ def test_mutant_is_killed(name: str) -> None:
         # recycled slot, the copy and the read), so its shrunk trace is longer.
         most = 24 if m.data else 16
         assert r.trace_length <= most, f"{name}: shrunk trace has {r.trace_length} steps"
-    assert not switchboard.active_names()
+    assert not patching.active_names()
 
 
 @pytest.mark.quality

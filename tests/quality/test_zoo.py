@@ -9,12 +9,12 @@ seconds of its campaign's start (docs/bug-zoo.md has the measured times)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from kvpocket.impl import mutants as switchboard
+from kvpocket.verify import patching
+from kvpocket.verify.quality.patches import BUGS, switched_on
 from kvpocket.verify.quality.seeded import DETECTORS, MUTANTS, MutantResult, run_mutants
 from kvpocket.verify.quality.zoo import HAZARDS, ZOO, run_zoo_bug
 
@@ -22,7 +22,6 @@ pytestmark = [pytest.mark.quality, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET_S = 60.0  # per bug: the matrix stops at the first failure (the slowest needs ~15 s)
-SWITCH = re.compile(r'mutants\.active\("(zoo-[a-z0-9-]+)"\)')
 
 # Known gaps: (zoo bug, why the default campaign misses it). An entry here is a failing
 # (xfail) test and a survivor in `kvpocket mutants --zoo`, never silently dropped.
@@ -46,17 +45,16 @@ def test_registry_sanity() -> None:
         assert bug.counterpart == "direct" or bug.counterpart.startswith("closest: "), name
         path = ROOT / bug.switch_file
         assert bug.switch_file.startswith("impl/") and path.is_file(), (name, bug.switch)
-        assert f'mutants.active("{name}")' in path.read_text(), \
-            f"{name}: no switch in {bug.switch_file}"
+        edited = {e.target.rpartition(".")[2] for e in BUGS[name].edits}
+        assert all(f in bug.switch for f in edited), f"{name}: `switch` names what it edits"
     assert len({b.origin for b in ZOO.values()}) == len(ZOO), "one bug per upstream report"
     assert set(SURVIVORS) <= set(ZOO)
 
 
-def test_every_switch_is_registered() -> None:
-    sources = "\n".join(p.read_text() for p in (ROOT / "impl").rglob("*.py"))
-    assert set(SWITCH.findall(sources)) == set(ZOO)
-    model = "\n".join(p.read_text() for p in (ROOT / "model").glob("*.py"))
-    assert not SWITCH.findall(model), "zoo bugs live in the implementation only"
+def test_every_patch_is_registered() -> None:
+    assert {n for n in BUGS if n.startswith("zoo-")} == set(ZOO)
+    assert all(e.target.startswith("kvpocket.impl.") for n in ZOO for e in BUGS[n].edits), \
+        "zoo bugs are patches of the implementation only"
 
 
 def test_cli_zoo_list_and_usage(capsys: pytest.CaptureFixture[str],
@@ -84,7 +82,7 @@ def test_result_rows_carry_origin() -> None:
 @pytest.mark.parametrize("name", _params())
 def test_zoo_bug_is_killed_by_the_default_campaign(name: str, tmp_path: Path) -> None:
     r = run_zoo_bug(ZOO[name], budget_s=BUDGET_S, workers=1, out_dir=str(tmp_path))
-    assert not switchboard.active_names(), "the switch is restored"
+    assert not patching.active_names(), "the product code is restored"
     assert r.killed, f"{name} ({ZOO[name].origin}) survived: {r.campaign}"
     assert r.campaign.startswith("default campaign"), r.campaign
     assert r.detectors and r.detectors[0] in DETECTORS
@@ -102,7 +100,7 @@ def test_stale_block_table_reproducer_is_caught() -> None:
                                                   ("resume", {"seq": 0})]
     steps += [("resize", {"seq": 0, "capacity": h + 1, "history": h}) for h in range(8)]
     steps += [("suspend", {"seq": 0}), ("resume", {"seq": 0})]
-    with switchboard.enable("zoo-stale-block-table"):
+    with switched_on("zoo-stale-block-table"):
         ls = Lockstep(PRESETS["tiny"].config)
         with pytest.raises(Divergence) as exc:
             for action, params in steps:

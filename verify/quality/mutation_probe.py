@@ -48,7 +48,6 @@ MARK = "kvpocket-mutation:"  # the runner's verdict line, read back by `report`
 EXIT_SURVIVED, EXIT_KILLED, EXIT_ERROR = 0, 1, 3
 
 # Reasons a mutant is skipped before it runs (stored as the skipped result's output).
-SKIP_SWITCH = "filtered: seeded-bug switch"
 SKIP_MESSAGE = "filtered: exception message"
 SKIP_ANNOTATION = "filtered: type annotation"
 SKIP_SAMPLE = "not sampled"
@@ -81,101 +80,12 @@ def config_text(test_command: str, timeout_s: float,
 Pos = tuple[int, int]
 
 
-def _is_switch(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "active" and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "mutants")
-
-
-def switch_value(node: ast.AST) -> bool | None:
-    """The value of `node` if the seeded-bug switches alone fix it (they are all False in a
-    real run): `mutants.active(..)`, `not` of such, `and`/`or` chains decided by one."""
-    if _is_switch(node):
-        return False
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        v = switch_value(node.operand)
-        return None if v is None else not v
-    if isinstance(node, ast.BoolOp):
-        vals = [switch_value(x) for x in node.values]
-        short = isinstance(node.op, ast.Or)  # the value that decides an `or` chain: True
-        if short in vals:
-            return short
-        if all(v is not None for v in vals):
-            return not short
-    return None
-
-
 def _start(n: ast.AST) -> Pos:
     return (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))
 
 
 def _end(n: ast.AST) -> Pos:
     return (getattr(n, "end_lineno", None) or 0, getattr(n, "end_col_offset", None) or 0)
-
-
-def _between(operands: Sequence[ast.AST], start: Pos, end: Pos) -> int | None:
-    """k such that the operator token at start..end sits between operands k and k+1."""
-    for k in range(len(operands) - 1):
-        if _end(operands[k]) <= start and end <= _start(operands[k + 1]):
-            return k
-    return None
-
-
-def is_switch_mutant(tree: ast.AST, start: Pos, end: Pos, operator: str) -> bool:
-    """A mutant that only exists because of a seeded-bug switch `mutants.active("name")`.
-
-    Switches are False in every real run: `x or mutants.active(..)` is `x`,
-    `h - mutants.active(..)` is `h`, `if not mutants.active(..):` is `if True:`. Mutating
-    the operator that binds a switch, or negating a condition the switches alone decide,
-    either is the seeded bug itself (the `kvpocket mutants` matrix already requires the
-    campaigns to find it) or rewrites an operator the uninstrumented code does not have.
-    Anything inside a condition the switches alone decide (`x == y and mutants.active(..)`)
-    or in the branch it never takes is dead code. Operators between real operands on the
-    same line (`==` in `x == y or mutants.active(..)`) stay. In `a and not mutants.active(..) and b` the two
-    `and`s stand for the one real `and` of `a and b`: the first stays, the second goes.
-    """
-    for node in ast.walk(tree):
-        # Inside a condition the switches decide, or in the branch such a condition never
-        # takes: dead code in every real run (the zoo's `if mutants.active(..) and x:`).
-        value = switch_value(node)
-        if value is not None and _start(node) <= start and end <= _end(node):
-            return True
-        if isinstance(node, ast.If | ast.IfExp):
-            v = switch_value(node.test)
-            branch = node.body if v is False else node.orelse if v is True else None
-            dead: list[ast.AST] = ([branch] if isinstance(branch, ast.AST)
-                                   else list(branch) if branch else [])
-            if dead and _start(dead[0]) <= start and end <= _end(dead[-1]):
-                return True
-    for node in ast.walk(tree):
-        if operator.endswith("AddNot"):
-            test = getattr(node, "test", None)
-            if (isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert) and test is not None
-                    and _start(test) == start and _end(test) == end):
-                return switch_value(test) is not None
-        elif "_Delete_Not" in operator or operator.endswith("_Not_Delete"):
-            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and _start(node) == start:
-                return switch_value(node.operand) is not None
-        elif operator.startswith(("ReplaceAndWithOr", "ReplaceOrWithAnd")):
-            if isinstance(node, ast.BoolOp):
-                k = _between(node.values, start, end)
-                if k is None:
-                    continue
-                n = len(node.values)
-                if switch_value(node.values[k]) is not None:
-                    return True  # the switch is left of the token
-                if switch_value(node.values[k + 1]) is not None:
-                    return k + 1 == n - 1  # a middle switch keeps the token before it
-                return False
-        elif operator.startswith("ReplaceBinaryOperator"):
-            if isinstance(node, ast.BinOp) and _between([node.left, node.right], start, end) == 0:
-                return switch_value(node.left) is not None or switch_value(node.right) is not None
-        elif operator.startswith("ReplaceComparisonOperator") and isinstance(node, ast.Compare):
-            ops = [node.left, *node.comparators]
-            k = _between(ops, start, end)
-            if k is not None:
-                return switch_value(ops[k]) is not None or switch_value(ops[k + 1]) is not None
-    return False
 
 
 Span = tuple[str, Pos, Pos]
@@ -212,10 +122,8 @@ def skip_spans(tree: ast.Module) -> list[Span]:
     return spans
 
 
-def skip_reason(tree: ast.Module, spans: Sequence[Span], start: Pos, end: Pos, operator: str) -> str | None:
+def skip_reason(spans: Sequence[Span], start: Pos, end: Pos) -> str | None:
     """Why a mutant is filtered out before it runs, or None if it runs."""
-    if is_switch_mutant(tree, start, end, operator):
-        return SKIP_SWITCH
     for reason, a, b in spans:
         if a <= start and end <= b:
             return reason
@@ -284,15 +192,13 @@ def cmd_filter(args: argparse.Namespace) -> int:
     counts: Counter[str] = Counter()
     with work_db.use_db(args.session, work_db.WorkDB.Mode.open) as db:
         pending = [_mutant(item) for item in db.pending_work_items]
-        cache: dict[str, tuple[ast.Module, list[Span]]] = {}
+        cache: dict[str, list[Span]] = {}
         keep: list[Mutant] = []
         for m in pending:
             if m.module not in cache:
-                src = (root / m.module).read_text()
-                tree = ast.parse(src)
-                cache[m.module] = (tree, skip_spans(tree))
-            tree, spans = cache[m.module]
-            reason = skip_reason(tree, spans, m.start, m.end, m.operator)
+                cache[m.module] = skip_spans(ast.parse((root / m.module).read_text()))
+            spans = cache[m.module]
+            reason = skip_reason(spans, m.start, m.end)
             if reason is None:
                 keep.append(m)
                 continue
@@ -427,11 +333,10 @@ def summarize(rows: Sequence[tuple[Mutant, str]], total: int, equivalents: dict[
     raw_lo, raw_hi = wilson(killed, scored)
     return {
         "mutants_total": total,
-        "skipped_seeded_switch": c["skipped:" + SKIP_SWITCH],
         "skipped_exception_message": c["skipped:" + SKIP_MESSAGE],
         "skipped_type_annotation": c["skipped:" + SKIP_ANNOTATION],
         "skipped_other_filters": sum(v for k, v in c.items() if k.startswith("skipped:")
-                                     and k not in ("skipped:" + SKIP_SWITCH, "skipped:" + SKIP_MESSAGE,
+                                     and k not in ("skipped:" + SKIP_MESSAGE,
                                                    "skipped:" + SKIP_ANNOTATION, "skipped:" + SKIP_SAMPLE)),
         "not_sampled": c["skipped:" + SKIP_SAMPLE],
         "after_filters": total - sum(v for k, v in c.items() if k.startswith("skipped:")

@@ -118,7 +118,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "impl/kvcache.py KVCache.suspend", "tiny"),
     Mutant("close-no-drain", "impl", "close() leaves the pocket full (parked pages leak)",
            "PR #16288 claim 'drained on close()' + review nitpick (untested)",
-           "impl/kvcache.py KVCache.close", "tiny"),
+           "impl/kvcache.py KVCache._close", "tiny"),
     Mutant("pocket-pop-not-rolled-back", "impl",
            "the pocket is consumed on the OutOfPages path: a failed resize loses popped pages",
            "PR #16288 claim 'consumed only on success paths so the OutOfPagesError revert is "
