@@ -125,6 +125,10 @@ def make_files(d: Path) -> None:
                                            '[["slot", [1, 2]]]}']),
         "trace-layer.jsonl": _terminated([_trace_header(), '{"action": "create", "params": '
                                           '{"seq": 0, "prompt": []}, "layer": "gpu"}']),
+        "trace-bug-unknown.jsonl": _terminated([_trace_header(seeded_bugs=["no-such-bug"]),
+                                                CREATE.replace('"seq": 3', '"seq": 0')]),
+        "trace-bug-type.jsonl": _terminated([_trace_header(seeded_bugs="pop-no-revalidate"),
+                                             CREATE.replace('"seq": 3', '"seq": 0')]),
     }
     for name, content in files.items():
         if isinstance(content, bytes):
@@ -188,6 +192,7 @@ CASES = [
     case("fuzz --database ''", "--database"),
     case("fuzz --database redis://127.0.0.1:1 --config tiny", "--database", "cannot reach"),
     case("fuzz --database {d}/afile", "--database", "not a folder"),
+    case("fuzz --mutant nope", "--mutant", "'nope'", "pop-no-revalidate", "zoo-resume-no-pin"),
     # -- replay
     case("replay {d}/missing.jsonl", "cannot read"),
     case("replay {d}/folder", "cannot read"),
@@ -208,6 +213,8 @@ CASES = [
     case("replay {d}/trace-page-params.jsonl", ":2:", "page action 'release' takes"),
     case("replay {d}/trace-page-domain.jsonl", ":2:", "parameter 'page'", "999"),
     case("replay {d}/trace-choice.jsonl", ":2:", "\"choices\""),
+    case("replay {d}/trace-bug-unknown.jsonl", "'seeded_bugs'", "'no-such-bug'", "expected one of"),
+    case("replay {d}/trace-bug-type.jsonl", "'seeded_bugs'", "list of seeded-bug names"),
     case("replay {d}/trace-deep.jsonl", ":2:", "nested too deeply"),
     case("replay {d}/trace-valid.jsonl --backend tpu", "--backend"),
     case("replay {d}/config-empty.ndjson", ":1:", "\"config\""),
@@ -456,3 +463,14 @@ def test_an_output_is_written_atomically(tmp_path: Path, monkeypatch: pytest.Mon
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
+
+
+def test_the_old_mutant_variable_is_refused_not_ignored(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """impl/ has no switches: a KVPOCKET_MUTANT left in the environment would otherwise
+    make a user believe a bug is on."""
+    monkeypatch.setenv("KVPOCKET_MUTANT", "pop-no-revalidate")
+    assert main(["spec"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1
+    assert "KVPOCKET_MUTANT" in err and "--mutant" in err

@@ -7,8 +7,12 @@ tests are test_mutants.py and test_zoo.py, marked quality)."""
 from __future__ import annotations
 
 import dis
+import json
 import multiprocessing as mp
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import FunctionType
 
@@ -47,7 +51,7 @@ def test_every_bug_has_a_patch_and_every_patch_a_bug() -> None:
 
 
 def _code_of(target: str) -> FunctionType:
-    owner, attr, fn = patching._resolve(target)
+    fn = patching._resolve(target)[2]
     assert isinstance(fn, FunctionType), target
     return fn
 
@@ -143,3 +147,32 @@ def test_a_trace_with_seeded_bugs_replays_only_with_them_on() -> None:
     bad = Trace(cfg, [], extra={patching.TRACE_KEY: "stale-index-entry"})
     with pytest.raises(ValueError, match="seeded_bugs"):
         replay(bad)
+
+
+def test_a_run_with_a_bug_says_so_and_its_reproducer_reproduces_in_a_clean_shell(
+        tmp_path: Path) -> None:
+    """`kvpocket fuzz --mutant NAME`: the first line names the bug; the trace and the pytest
+    reproducer it writes switch it on again in a fresh process with a clean environment."""
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT / ".devpath"),
+           "HOME": str(tmp_path), "COLUMNS": "200"}
+    cli = [sys.executable, "-m", "kvpocket.verify.cli"]
+    out = tmp_path / "out"
+    run = subprocess.run([*cli, "fuzz", "--mutant", "stale-index-entry", "--config", "tiny",
+                          "--examples", "40", "--out", str(out), "--no-progress"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stdout.splitlines()[0].startswith("seeded bug switched on: stale-index-entry")
+    traces = sorted(out.glob("failure-*.jsonl"))
+    tests = sorted(out.glob("test_failure_*.py"))
+    assert traces and tests
+    header = json.loads(traces[0].read_text().splitlines()[0])
+    assert header[patching.TRACE_KEY] == ["stale-index-entry"]
+    again = subprocess.run([*cli, "replay", str(traces[0])], capture_output=True, text=True,
+                           env=env, cwd=tmp_path, check=False)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "stale-index-entry" in again.stdout.splitlines()[0]
+    pytest_run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                 str(tests[0])], capture_output=True, text=True, env=env,
+                                cwd=tmp_path, check=False)
+    assert pytest_run.returncode == 1 and "1 failed" in pytest_run.stdout, pytest_run.stdout
+    assert "stale-index-entry" in tests[0].read_text().split("\n", 1)[0]

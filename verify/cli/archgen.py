@@ -124,7 +124,7 @@ def package_graph() -> str:
 # ---- call flows -----------------------------------------------------------------------------
 # Vocabulary and bookkeeping every step goes through; shown, they would drown the flow.
 PLUMBING = frozenset({"model.config", "model.logic", "verify.proofs.z3ops", "impl.undo",
-                      "impl.counters", "impl.mutants", "impl.page", "model.overrides"})
+                      "impl.counters", "impl.page", "model.overrides"})
 
 
 def record_calls(run: Callable[[], Any], limit: int = 60) -> list[tuple[str, str, str]]:
