@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, strict typing, then pytest (CPU; GPU tests skip with a reason).
+# The test suite: lint, strict typing, then pytest (CPU; GPU tests skip with a reason).
+#
+#   scripts/test.sh          every tier (what CI runs)
+#   scripts/test.sh --fast   the inner loop: lint, types and the fast tier, the tests not
+#                            marked `slow` or `quality` (pyproject.toml); under 2 minutes
+#                            on a quiet 2-core machine
+#
+# Further arguments go to pytest; KVPOCKET_TEST_WORKERS sets its processes (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=full
+if [ "${1:-}" = "--fast" ]; then tier=fast; shift; fi
 scripts/setup-env.sh
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check model impl verify tests
 # By package name (not path) so each module is checked once, as `kvpocket.*`.
 echo "== mypy --strict"; mypy --strict -p kvpocket.model -p kvpocket.impl -p kvpocket.verify
 mypy --strict tests
+if [ "$tier" = fast ]; then
+  echo "== pytest (fast tier: not slow, not quality)"
+  exec python -m pytest -q -p no:cacheprovider -n "${KVPOCKET_TEST_WORKERS:-2}" \
+    -m "not slow and not quality" "$@"
+fi
 echo "== pytest"; python -m pytest -q -p no:cacheprovider -n "${KVPOCKET_TEST_WORKERS:-2}" "$@"

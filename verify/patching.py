@@ -10,16 +10,17 @@ original; on leaving the block the originals come back, whatever happened. A ref
 of `impl/` that moves an edit's text makes the edit fail loudly (`PatchError`), never
 silently apply nothing.
 
-The functions edited by one bug share a dictionary `bug_state` (one per
-application), for a bug that needs to remember something between two methods.
+The edited functions share a dictionary `bug_state` (a fresh one each time bugs are
+switched on), for a bug that needs to remember something between two methods; a bug
+keys its entries so that they cannot meet another bug's.
 
 What is switched on is known here (`active()`), so that:
 
 * a campaign's worker processes apply the same bugs (`install`, from the pool
   initializer of `verify/conformance/fuzz.py`);
 * a reproducer records the names (the trace header's `seeded_bugs`), and replay refuses
-  a trace whose bugs are not switched on (`check_trace_bugs`) instead of replaying it
-  on the correct implementation.
+  a trace whose bugs are not switched on (`missing_bugs`) instead of replaying it on the
+  correct implementation.
 
 Names are resolved to edits by the quality layer (`verify/quality/patches.py: BUGS`);
 this module knows no names, so every layer of `verify/` may use it.
@@ -94,7 +95,7 @@ def _resolve(target: str) -> tuple[Any, str, Any]:
 
 
 def _compile(target: str, original: Any, edits: list[tuple[str, SourceEdit]],
-             bug_state: Mapping[str, dict[Any, Any]]) -> FunctionType:
+             bug_state: dict[Any, Any]) -> FunctionType:
     if not isinstance(original, FunctionType) or original.__closure__:
         raise PatchError(f"{target}: only plain functions and methods (no closures, "
                          f"decorators or super()) can be edited, got {type(original).__name__}")
@@ -120,7 +121,7 @@ def _compile(target: str, original: Any, edits: list[tuple[str, SourceEdit]],
                    f"{inspect.getsourcefile(original)} (seeded bug {names})", "exec",
                    flags=flags, dont_inherit=True)
     namespace: dict[str, Any] = dict(vars(module))
-    namespace["bug_state"] = bug_state[edits[0][0]]
+    namespace["bug_state"] = bug_state
     exec(code, namespace)
     fn = namespace[original.__name__]
     if not isinstance(fn, FunctionType):
@@ -143,7 +144,7 @@ def _apply_all(bugs: Iterable[SeededBug]) -> None:
     for bug in bugs:
         for e in bug.edits:
             by_target.setdefault(e.target, []).append((bug.name, e))
-    state: dict[str, dict[Any, Any]] = {b.name: {} for b in bugs}
+    state: dict[Any, Any] = {}
     try:
         for target, edits in by_target.items():
             owner, attr, original = _resolve(target)

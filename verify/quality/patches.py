@@ -12,7 +12,8 @@ To add an implementation bug:
 2. add `_bug(name, edit(target, old, new), ...)` below: `old` is text copied verbatim
    (indentation included) from the target function and must occur in it exactly once;
    `new` is what the bug writes instead. Functions edited by one bug may share state
-   through the dictionary `bug_state`;
+   through the dictionary `bug_state` (key entries by the bug's name, or a tuple led by it,
+   so two bugs switched on together never meet);
 3. `pytest tests/quality/test_patches.py` checks that every edit applies and changes the
    function; `kvpocket mutants --only NAME` (or `--zoo --only NAME`) must kill it.
 """
@@ -135,12 +136,12 @@ BUGS: dict[str, SeededBug] = {b.name: b for b in (
          edit(KVCACHE + "_settle_orphans",
               '                op.count("pocket_parks", self.seq_id)\n',
               '                op.count("pocket_parks", self.seq_id)\n'
-              "                bug_state[(id(self), page.pid)] = page.slot\n"),
+              "                bug_state[('zoo-stale-slot-mapping', id(self), page.pid)] = page.slot\n"),
          edit(KVCACHE + "_pop",
               '                op.count("pocket_refusals", seq)\n',
               '                op.count("pocket_refusals", seq)\n'
               "                if page.level != GPU_LEVEL:\n"
-              "                    stale = bug_state[(id(self), page.pid)]\n"
+              "                    stale = bug_state[('zoo-stale-slot-mapping', id(self), page.pid)]\n"
               "                    if stale in st.allocs[GPU_LEVEL][page.group].occupied:\n"
               "                        st.allocs[GPU_LEVEL][page.group].release(stale, (), op)\n")),
     _bug("zoo-evicted-swa-still-cached", edit(  # a dropped SWA page stays in the tree
