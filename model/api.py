@@ -22,7 +22,7 @@ from .errors import (
     UnknownSequenceError,
 )
 from .executor import Executor
-from .logic import Term
+from .logic import Term, count_equal
 from .overrides import named
 from .pages import (
     POCKET_NOT_FULL,
@@ -33,7 +33,7 @@ from .pages import (
     queue_head,
     still_valid,
 )
-from .state import State, evolve, status
+from .state import State, evolve, page_ids, status
 
 # ---- small derived terms -------------------------------------------------------------------
 
@@ -61,8 +61,7 @@ def _entry(ex: Executor, seq: int, lc: int, o: int) -> tuple[Term, Term]:
 
 
 def _free_count(ex: Executor, level: int, pg: int) -> Term:
-    return ex.ops.count([ex.ops.eq(ex.s.slot_owner[i], NONE)
-                         for i in ex.lay.slot_range(level, pg)])
+    return count_equal(ex.ops, ex.s.slot_owner, ex.lay.slot_range(level, pg), NONE)
 
 
 def _slot_is_free(ex: Executor, level: int, pg: Term) -> Callable[[int], Term]:
@@ -85,7 +84,7 @@ def _slot_twins(ex: Executor, level: int, pg: int) -> Callable[[int], tuple[Term
 def _queue_head_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
     ops, s, lay = ex.ops, ex.s, ex.lay
     if not ops.symbolic:  # the same predicate, evaluated once: LRU stamps are unique
-        queued = [p for p in range(lay.pages) if s.queued[p] and s.level[p] == level
+        queued = [p for p in page_ids(ops, lay, s) if s.queued[p] and s.level[p] == level
                   and lay.pool_group_of_lc[s.lc[p]] == pg]
         head = min(queued, key=lambda p: (lay.priority_of_lc[s.lc[p]], s.stamp[p]), default=-1)
         return lambda p: p == head
@@ -119,7 +118,7 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
             ops.const(level == lay.cfg.last_level),
             ops.eq(status(ops, ex.s, p), int(PageStatus.DROPPABLE)),
             drops_parked(ops, lay, ex.s, p), below))
-        for p in range(lay.pages)
+        for p in page_ids(ops, lay, ex.s)
     ))
     return ops.or_(ops.lt(0, _free_count(ex, level, pg)), leaves)
 
@@ -138,9 +137,13 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
     for _ in ex.when(ops.lt(lay.slots_at(level), need)):
         ex.fail(f"{need} slots requested at level {level}; capacity is {lay.slots_at(level)}")
     for _ in range(lay.slots_at(level)):
-        for _ in ex.when(ops.lt(_free_count(ex, level, pg), need)):
+        short = ops.lt(_free_count(ex, level, pg), need)
+        if short is False:  # plain values: the rounds left would change nothing
+            break
+        for _ in ex.when(short):
             victim = ex.choose("victim", range(lay.pages), _queue_head_at(ex, level, pg),
-                               lambda p: _where(ex, p))
+                               lambda p: _where(ex, p),
+                               among=lambda: page_ids(ops, lay, ex.s))
             for _ in ex.when(ops.eq(victim, NONE)):
                 ex.fail(f"no evictable page at level {level}, pool group {pg}")
             if level == last:

@@ -12,7 +12,7 @@ definition, so a companion that drifted would fail there.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .config import (
     BAD_PAGE_INDEX,
@@ -25,8 +25,9 @@ from .config import (
     SeqStatus,
     stale_range,
 )
-from .logic import CONCRETE
-from .state import Layout, State
+from .logic import CONCRETE, Array
+from .sparse import SparseArray, used_items
+from .state import IDLE, Layout, State
 
 Check = Callable[[Layout, State], bool]
 
@@ -35,23 +36,42 @@ def _page_ok(lay: Layout, page: int) -> bool:
     return 0 <= page < lay.pages
 
 
+def _used(n: int, *arrays: Array) -> Iterable[int]:
+    """The positions (of arrays of length n) where any of `arrays` is not at its initial
+    value: only those can break a check that holds at Init position by position. Every
+    position when one of them is a tuple."""
+    if all(isinstance(a, SparseArray) for a in arrays):
+        if len(arrays) == 1:
+            return arrays[0].used()  # type: ignore[union-attr]
+        return set().union(*(a.used() for a in arrays))  # type: ignore[union-attr]
+    return range(n)
+
+
+def _entry_coords(lay: Layout, e: int) -> tuple[int, int, int]:
+    """(sequence, life cycle, ordinal) of a flat block-entry position."""
+    seq_lc, o = divmod(e, lay.blocks)
+    seq, lc = divmod(seq_lc, lay.lcs)
+    return seq, lc, o
+
+
 def slot_owned_once(lay: Layout, s: State) -> bool:
     cfg = lay.cfg
     claims: dict[int, set[int]] = {}  # flat slot -> pages sitting in or reserving it
-    for p in range(lay.pages):
+    for p in _used(lay.pages, s.alive):
+        if not s.alive[p]:
+            continue
         lc = s.lc[p]
         pg = lay.pool_group_of_lc[lc] if 0 <= lc < lay.lcs else 0
-        if s.alive[p] and s.slot[p] != NO_SLOT:
+        if s.slot[p] != NO_SLOT:
             ix = _flat(lay, s.level[p], pg, s.slot[p])
             if ix == -1 or s.slot_owner[ix] != p:
                 return False
-        if s.alive[p]:
-            for level, slot in ((s.level[p], s.slot[p]), (s.dst_level[p], s.dst_slot[p])):
-                if 0 <= level < cfg.num_levels and 0 <= slot < lay.slots_at(level) and \
-                        0 <= pg < cfg.num_pool_groups:
-                    claims.setdefault(_flat(lay, level, pg, slot), set()).add(p)
+        for level, slot in ((s.level[p], s.slot[p]), (s.dst_level[p], s.dst_slot[p])):
+            if 0 <= level < cfg.num_levels and 0 <= slot < lay.slots_at(level) and \
+                    0 <= pg < cfg.num_pool_groups:
+                claims.setdefault(_flat(lay, level, pg, slot), set()).add(p)
     return all(owner == NONE or owner in claims.get(flat, ())
-               for flat, owner in enumerate(s.slot_owner))
+               for flat, owner in used_items(s.slot_owner, NONE))
 
 
 def _flat(lay: Layout, level: int, pg: int, slot: int) -> int:
@@ -65,72 +85,81 @@ def _flat(lay: Layout, level: int, pg: int, slot: int) -> int:
 def refcounts_match(lay: Layout, s: State) -> bool:
     locks: Counter[int] = Counter()
     holds: Counter[int] = Counter()
-    for page, locked in zip(s.entry, s.entry_locked, strict=True):
-        (locks if locked else holds)[page] += 1
-    for page in s.pocket:
+    for e in _used(len(s.entry), s.entry, s.entry_locked):
+        (locks if s.entry_locked[e] else holds)[s.entry[e]] += 1
+    for _, page in used_items(s.pocket, NONE):
         holds[page] += 1
-    return all(s.locks[p] == locks[p] and s.holds[p] == holds[p] for p in range(lay.pages))
+    pages = {p for p in (*locks, *holds) if _page_ok(lay, p)}
+    pages.update(_used(lay.pages, s.locks, s.holds))
+    return all(s.locks[p] == locks[p] and s.holds[p] == holds[p] for p in pages)
 
 
 def entries_are_live(lay: Layout, s: State) -> bool:
-    for seq in range(lay.seqs):
-        for lc in range(lay.lcs):
-            for o in range(lay.blocks):
-                e = (seq * lay.lcs + lc) * lay.blocks + o
-                page = s.entry[e]
-                if s.entry_locked[e] and page == NONE:
-                    return False
-                if page == NONE:
-                    continue
-                if not (_page_ok(lay, page) and s.alive[page] and s.lc[page] == lc
-                        and s.ordinal[page] == o and (s.committed[page] or s.owner[page] == seq)):
-                    return False
+    for e in _used(len(s.entry), s.entry, s.entry_locked):
+        seq, lc, o = _entry_coords(lay, e)
+        page = s.entry[e]
+        if s.entry_locked[e] and page == NONE:
+            return False
+        if page == NONE:
+            continue
+        if not (_page_ok(lay, page) and s.alive[page] and s.lc[page] == lc
+                and s.ordinal[page] == o and (s.committed[page] or s.owner[page] == seq)):
+            return False
     return True
 
 
 def pocket_entries_orphaned(lay: Layout, s: State) -> bool:
-    referenced = set(s.entry)
-    for seq in range(lay.seqs):
-        for lc in range(lay.lcs):
-            for k in lay.pocket_range(seq, lc):
-                page = s.pocket[k]
-                if page == NONE:
-                    continue
-                if not _page_ok(lay, page):
-                    return False
-                status = PageStatus.LOCKED if s.locks[page] > 0 else (
-                    PageStatus.HELD if s.holds[page] > 0 else PageStatus.DROPPABLE)
-                if not (s.alive[page] and not s.committed[page] and status == PageStatus.HELD
-                        and s.owner[page] == seq and s.lc[page] == lc
-                        and page not in referenced):
-                    return False
+    referenced = {page for _, page in used_items(s.entry, NONE)}
+    cap = lay.pocket_cap
+    for k, page in used_items(s.pocket, NONE):
+        seq, lc = divmod(k // cap, lay.lcs)
+        if not _page_ok(lay, page):
+            return False
+        status = PageStatus.LOCKED if s.locks[page] > 0 else (
+            PageStatus.HELD if s.holds[page] > 0 else PageStatus.DROPPABLE)
+        if not (s.alive[page] and not s.committed[page] and status == PageStatus.HELD
+                and s.owner[page] == seq and s.lc[page] == lc
+                and page not in referenced):
+            return False
     return True
 
 
 def window_is_mapped(lay: Layout, s: State) -> bool:
+    """The blocks within each sequence's capacity, and every block entry in use: a block
+    past the capacity whose entry, lock and index are at their initial values passes."""
+    t = lay.cfg.tokens_per_block
+    if not all(isinstance(a, SparseArray) for a in (s.entry, s.entry_locked, s.index)):
+        return all(_window_ok(lay, s, e) for e in range(len(s.entry)))
+    positions: set[int] = set(_used(len(s.entry), s.entry, s.entry_locked, s.index))
+    for seq in _used(lay.seqs, s.capacity):
+        within = min(lay.blocks, -(-s.capacity[seq] // t))
+        for lc_i in range(lay.lcs):
+            base = (seq * lay.lcs + lc_i) * lay.blocks
+            positions.update(range(base, base + within))
+    # a stale block lies below the history, so within the capacity: covered above
+    return all(_window_ok(lay, s, e) for e in positions)
+
+
+def _window_ok(lay: Layout, s: State, e: int) -> bool:
     cfg = lay.cfg
     t = cfg.tokens_per_block
-    for seq in range(lay.seqs):
-        active = s.seq_status[seq] == SeqStatus.ACTIVE
-        kept = s.commit_state[seq] == CommitState.ALLOWED
-        for lc_i, lc in enumerate(cfg.life_cycles):
-            start, end = stale_range(lc, s.history[seq], t) if lc.window is not None else (0, 0)
-            for o in range(lay.blocks):
-                e = (seq * lay.lcs + lc_i) * lay.blocks + o
-                in_cap = o * t < s.capacity[seq]
-                stale = start <= o < end
-                if active and in_cap and not stale and not (
-                        s.entry_locked[e] and s.index[e] != BAD_PAGE_INDEX):
-                    return False
-                if stale and s.index[e] != BAD_PAGE_INDEX:
-                    return False
-                if not in_cap and s.entry[e] != NONE:
-                    return False
-                page = s.entry[e]
-                if stale and page != NONE and not (
-                        kept and not (s.committed[page] if _page_ok(lay, page) else True)):
-                    return False
-    return True
+    seq, lc_i, o = _entry_coords(lay, e)
+    lc = cfg.life_cycles[lc_i]
+    active = s.seq_status[seq] == SeqStatus.ACTIVE
+    kept = s.commit_state[seq] == CommitState.ALLOWED
+    start, end = stale_range(lc, s.history[seq], t) if lc.window is not None else (0, 0)
+    in_cap = o * t < s.capacity[seq]
+    stale = start <= o < end
+    if active and in_cap and not stale and not (
+            s.entry_locked[e] and s.index[e] != BAD_PAGE_INDEX):
+        return False
+    if stale and s.index[e] != BAD_PAGE_INDEX:
+        return False
+    if not in_cap and s.entry[e] != NONE:
+        return False
+    page = s.entry[e]
+    return not (stale and page != NONE and not (
+        kept and not (s.committed[page] if _page_ok(lay, page) else True)))
 
 
 def values_in_range(lay: Layout, s: State) -> bool:
@@ -142,7 +171,9 @@ def values_in_range(lay: Layout, s: State) -> bool:
 
     if s.clock < 0:
         return False
-    for p in range(lay.pages):
+    pages = _used(lay.pages, s.lc, s.level, s.slot, s.locks, s.holds, s.owner, s.ordinal,
+                  s.key, s.stamp, s.dst_level, s.dst_slot)
+    for p in pages:
         if not (0 <= s.lc[p] < lay.lcs and 0 <= s.level[p] < levels
                 and (s.slot[p] == NO_SLOT or slot_fits(s.level[p], s.slot[p]))
                 and s.locks[p] >= 0 and s.holds[p] >= 0 and NONE <= s.owner[p] < lay.seqs
@@ -154,22 +185,25 @@ def values_in_range(lay: Layout, s: State) -> bool:
                 return False
         elif not slot_fits(s.dst_level[p], s.dst_slot[p]):
             return False
-    return (all(NONE <= x < lay.pages for x in s.slot_owner)
-            and all(-1 <= x < lay.seqs + 1 for x in s.slot_busy)
-            and all(0 <= x < len(SeqStatus) for x in s.seq_status)
-            and all(0 <= x < len(CommitState) for x in s.commit_state)
-            and all(NONE <= x < lay.pages for x in s.entry)
-            and all(NONE <= x < lay.pages for x in s.pocket))
+    return (all(NONE <= x < lay.pages for _, x in used_items(s.slot_owner, NONE))
+            and all(-1 <= x < lay.seqs + 1 for _, x in used_items(s.slot_busy, IDLE))
+            and all(0 <= x < len(SeqStatus)
+                    for _, x in used_items(s.seq_status, int(SeqStatus.FREE)))
+            and all(0 <= x < len(CommitState)
+                    for _, x in used_items(s.commit_state, int(CommitState.ALLOWED)))
+            and all(NONE <= x < lay.pages for _, x in used_items(s.entry, NONE))
+            and all(NONE <= x < lay.pages for _, x in used_items(s.pocket, NONE)))
 
 
 def no_page_in_two_pockets(lay: Layout, s: State) -> bool:
-    parked = [x for x in s.pocket if x != NONE]
+    parked = [x for _, x in used_items(s.pocket, NONE)]
     return len(parked) == len(set(parked))
 
 
 def index_matches_locks(lay: Layout, s: State) -> bool:
     slot, n = s.slot, len(s.slot)
-    for e, page in enumerate(s.entry):
+    for e in _used(len(s.entry), s.entry, s.entry_locked, s.index):
+        page = s.entry[e]
         locked_slot = slot[page] if 0 <= page < n else NO_SLOT
         if s.index[e] != (locked_slot if s.entry_locked[e] else BAD_PAGE_INDEX):
             return False
@@ -177,15 +211,15 @@ def index_matches_locks(lay: Layout, s: State) -> bool:
 
 
 def inactive_sequences_unlocked(lay: Layout, s: State) -> bool:
-    return all(s.seq_status[q] == SeqStatus.ACTIVE
-               or not any(s.entry_locked[e] for e in lay.entry_range(q))
-               for q in range(lay.seqs))
+    per_seq = lay.lcs * lay.blocks
+    return all(s.seq_status[e // per_seq] == SeqStatus.ACTIVE
+               for e, locked in used_items(s.entry_locked, False) if locked)
 
 
 def gone_sequences_hold_nothing(lay: Layout, s: State) -> bool:
     gone = (SeqStatus.FREE, SeqStatus.CLOSED)
-    return all(s.seq_status[q] not in gone or all(s.entry[e] == NONE for e in lay.entry_range(q))
-               for q in range(lay.seqs))
+    per_seq = lay.lcs * lay.blocks
+    return all(s.seq_status[e // per_seq] not in gone for e, _ in used_items(s.entry, NONE))
 
 
 def _evictable(lay: Layout, s: State, p: int) -> bool:
@@ -201,8 +235,8 @@ def _evictable(lay: Layout, s: State, p: int) -> bool:
 def queue_follows_evictability(lay: Layout, s: State) -> bool:
     """One pass, with the pocket as a set (the definition scans it once per page)."""
     pin = lay.cfg.pocket.policy == PocketPolicy.PIN
-    parked = set(s.pocket) if pin else set()
-    for p in range(lay.pages):
+    parked = {x for _, x in used_items(s.pocket, NONE)} if pin else set()
+    for p in _used(lay.pages, s.alive):
         if not s.alive[p]:
             continue
         should = _evictable(lay, s, p) and s.slot[p] != NO_SLOT and not (pin and p in parked)
@@ -212,41 +246,46 @@ def queue_follows_evictability(lay: Layout, s: State) -> bool:
 
 
 # The per-page invariants below are linear already; on plain values a loop with early
-# exit is several times faster than building every page's term.
+# exit is several times faster than building every page's term. A page record at its
+# initial values satisfies each, so only the records in use are looked at.
 def dead_pages_are_blank(lay: Layout, s: State) -> bool:
     return all(s.alive[p] or (s.slot[p] == NO_SLOT and not s.queued[p] and s.locks[p] == 0
                               and s.holds[p] == 0 and s.dst_level[p] == NONE)
-               for p in range(lay.pages))
+               for p in _used(lay.pages, s.slot, s.queued, s.locks, s.holds, s.dst_level))
 
 
 def locked_at_gpu(lay: Layout, s: State) -> bool:
     return all(not s.locks[p] > 0 or (
         bool(s.alive[p]) and s.level[p] == GPU_LEVEL and s.slot[p] != NO_SLOT
-        and not s.queued[p] and s.dst_level[p] == NONE) for p in range(lay.pages))
+        and not s.queued[p] and s.dst_level[p] == NONE) for p in _used(lay.pages, s.locks))
 
 
 def queued_are_evictable(lay: Layout, s: State) -> bool:
     return all(not s.queued[p] or (
         bool(s.alive[p]) and s.slot[p] != NO_SLOT and s.dst_level[p] == NONE
-        and _evictable(lay, s, p)) for p in range(lay.pages))
+        and _evictable(lay, s, p)) for p in _used(lay.pages, s.queued))
 
 
 def live_pages_have_slots(lay: Layout, s: State) -> bool:
     dropped = lay.cfg.pocket.drops_parked
-    parked = set(s.pocket) if dropped else set()
+    parked = {x for _, x in used_items(s.pocket, NONE)} if dropped else set()
     return all(not s.alive[p] or s.slot[p] != NO_SLOT
                or (dropped and p in parked and s.level[p] == GPU_LEVEL)
-               for p in range(lay.pages))
+               for p in _used(lay.pages, s.alive))
 
 
 def no_orphan_pages(lay: Layout, s: State) -> bool:
     return all(not (s.alive[p] and s.locks[p] <= 0 and s.holds[p] <= 0)
-               or bool(s.committed[p] and s.queued[p]) for p in range(lay.pages))
+               or bool(s.committed[p] and s.queued[p]) for p in _used(lay.pages, s.alive))
+
+
+def no_migration_in_flight(lay: Layout, s: State) -> bool:
+    return all(s.dst_level[p] == NONE for p in _used(lay.pages, s.dst_level))
 
 
 def migrations_reserved(lay: Layout, s: State) -> bool:
     """Only pages in flight are examined (the definition builds a term for every page)."""
-    for p in range(lay.pages):
+    for p in _used(lay.pages, s.dst_level):
         dst = s.dst_level[p]
         if dst == NONE:
             continue
@@ -270,6 +309,7 @@ FAST: dict[str, Check] = {
     "live_pages_have_slots": live_pages_have_slots,
     "no_orphan_pages": no_orphan_pages,
     "migrations_reserved": migrations_reserved,
+    "no_migration_in_flight": no_migration_in_flight,
     "index_matches_locks": index_matches_locks,
     "inactive_sequences_unlocked": inactive_sequences_unlocked,
     "gone_sequences_hold_nothing": gone_sequences_hold_nothing,

@@ -23,7 +23,7 @@ from .config import (
     PocketPolicy,
     SeqStatus,
 )
-from .logic import Ops, Term
+from .logic import Array, Ops, Term, any_equal, replace_equal
 from .overrides import any_override, named
 from .state import IDLE, Layout, State, evictable, evolve, status
 
@@ -166,8 +166,8 @@ def pocket_size(ops: Ops, lay: Layout, s: State, seq: Term, lc: Term) -> Term:
     ])
 
 
-def pocket_remove(ops: Ops, lay: Layout, pocket: tuple[Term, ...], seq: Term, lc: Term,
-                  k: Term) -> tuple[Term, ...]:
+def pocket_remove(ops: Ops, lay: Layout, pocket: Array, seq: Term, lc: Term,
+                  k: Term) -> Array:
     """Remove position k of pocket (seq, lc), shifting later entries forward (FIFO order)."""
     cap = lay.pocket_cap
     out = pocket
@@ -178,7 +178,7 @@ def pocket_remove(ops: Ops, lay: Layout, pocket: tuple[Term, ...], seq: Term, lc
     return out
 
 
-def _set(ops: Ops, arr: tuple[Term, ...], idx: Term, value: Term) -> tuple[Term, ...]:
+def _set(ops: Ops, arr: Array, idx: Term, value: Term) -> Array:
     return ops.store(arr, idx, value)
 
 
@@ -662,12 +662,11 @@ def e_commit_page(ops: Ops, lay: Layout, s: State, p: Params) -> State:
 
 
 def g_complete(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
-    return [("stream has outstanding work", ops.or_(*(ops.eq(b, p["stream"]) for b in s.slot_busy)))]
+    return [("stream has outstanding work", any_equal(ops, s.slot_busy, p["stream"]))]
 
 
 def e_complete(ops: Ops, lay: Layout, s: State, p: Params) -> State:
-    busy = tuple(ops.ite(ops.eq(b, p["stream"]), IDLE, b) for b in s.slot_busy)
-    return evolve(s, slot_busy=busy)
+    return evolve(s, slot_busy=replace_equal(ops, s.slot_busy, p["stream"], IDLE))
 
 
 def g_copy_fail(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:

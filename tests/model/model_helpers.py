@@ -9,6 +9,7 @@ from typing import Any
 
 from kvpocket.model import Model
 from kvpocket.model.errors import UsageError
+from kvpocket.model.sparse import SparseArray
 from kvpocket.model.state import STATE_FIELDS, State
 from kvpocket.verify.presets import PRESETS
 
@@ -39,11 +40,12 @@ def perturb(s: State, rng: random.Random) -> State:
     name = rng.choice([f for f in STATE_FIELDS if f not in CONCRETE_ONLY])
     value = getattr(s, name)
     changed: object
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, SparseArray)):
         i = rng.randrange(len(value))
         old = value[i]
         new = (not old) if isinstance(old, bool) else old + rng.choice([-2, -1, 1, 2])
-        changed = (*value[:i], new, *value[i + 1:])
+        changed = value.set(i, new) if isinstance(value, SparseArray) else \
+            (*value[:i], new, *value[i + 1:])
     else:
         changed = (not value) if isinstance(value, bool) else value + 1
     fields: dict[str, Any] = {name: changed}
