@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from .config import KVConfig
-from .fastcheck import FAST
+from .fastcheck import FAST, LOCAL, Delta
 from .invariants import INVARIANTS, Invariant, Scope, in_scope
 from .logic import CONCRETE
 from .state import STATE_FIELDS, Layout, State
@@ -95,13 +95,17 @@ class IncrementalChecker:
         self._last: State | None = None
         self._held: set[str] = set()  # invariants that held in `_last`
         self.skipped = 0
-        self.evaluated = 0
+        self.evaluated = 0  # full checks
+        self.local = 0  # checks of what changed only
 
     def violated(self, s: State, scope: Scope | None = None) -> list[Invariant]:
         last = self._last
         changed = (frozenset(STATE_FIELDS) if last is None else
                    frozenset(f for f in STATE_FIELDS if getattr(s, f) is not getattr(last, f)))
         held = set() if last is None else {n for n in self._held if not self.reads[n] & changed}
+        # invariants that held in `last` and whose inputs changed: on sparse states, only
+        # what changed is looked at (`fastcheck.LOCAL`) where a check of that kind exists
+        delta = None if last is None else Delta(last, s, changed)
         bad: list[Invariant] = []
         for inv in INVARIANTS:
             if not in_scope(inv, scope):
@@ -109,8 +113,16 @@ class IncrementalChecker:
             if inv.name in held:
                 self.skipped += 1
                 continue
-            self.evaluated += 1
-            if not self._checks[inv.name](s):
+            ok: bool | None = None
+            local = LOCAL.get(inv.name)
+            if delta is not None and local is not None and inv.name in self._held:
+                ok = local(self.lay, s, delta)
+                if ok is not None:
+                    self.local += 1
+            if ok is None:
+                self.evaluated += 1
+                ok = bool(self._checks[inv.name](s))
+            if not ok:
                 bad.append(inv)
             else:
                 held.add(inv.name)

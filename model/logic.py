@@ -114,11 +114,10 @@ CONCRETE = ConcreteOps()
 def count_equal(ops: Ops, arr: Array, positions: range, value: int) -> Term:
     """How many positions of `positions` hold `value`."""
     if not ops.symbolic and isinstance(arr, SparseArray):
-        lo, hi = positions.start, positions.stop
-        same = sum(1 for i, v in arr.items() if lo <= i < hi and v == value)
         if value == arr.default:
-            return len(positions) - arr.count_used_in(positions) + same
-        return same
+            return len(positions) - arr.count_used_in(positions)
+        lo, hi = positions.start, positions.stop
+        return sum(1 for i, v in arr.items() if lo <= i < hi and v == value)
     return ops.count([ops.eq(arr[i], value) for i in positions])
 
 

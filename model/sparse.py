@@ -12,39 +12,59 @@ Persistence: `set` returns a new array and never changes the old one, which the 
 rollback and the incremental invariant check rely on. Each array is a shared, never
 mutated `base` dict plus a small `overlay` dict of later writes; `set` copies the
 overlay, and folds it into a new base once it grows past a bound that scales with the
-square root of the base (so a store costs O(sqrt(used)) amortised, a read O(1)).
+square root of the base, up to 128 (a read is O(1), a store amortised O(sqrt(used))).
+An array remembers the one it was written from, back to the last fold, so
+`changed_since` can name the positions written since an earlier version.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from typing import Any, overload
 
 _MISSING: Any = object()
 _MIN_OVERLAY = 32
+_MAX_OVERLAY = 128  # bounds the versions kept since the last fold (`changed_since`)
 
 
 class SparseArray(Sequence[Any]):
     """An immutable array of `length` values, `default` except at the stored positions."""
 
-    __slots__ = ("_base", "_overlay", "_hash", "default", "length")
+    __slots__ = ("_base", "_counts", "_hash", "_key", "_merged", "_overlay", "_parent",
+                 "_prev_base", "default", "length", "segments")
 
     def __init__(self, length: int, default: Any, values: dict[int, Any] | None = None,
-                 _overlay: dict[int, Any] | None = None) -> None:
+                 segments: tuple[int, ...] = (0,)) -> None:
+        """`segments`: the first positions of consecutive segments (ascending, from 0);
+        `count_used_in` answers for a whole segment in O(1)."""
         self.length = length
         self.default = default
+        self.segments = segments
         # invariant: `_base` holds no default values; `_overlay` may (a write back to it)
         self._base: dict[int, Any] = {i: v for i, v in (values or {}).items() if v != default}
-        self._overlay: dict[int, Any] = _overlay or {}
+        self._overlay: dict[int, Any] = {}
         self._hash: int | None = None
+        counts = [0] * len(segments)
+        for i in self._base:
+            counts[bisect_right(segments, i) - 1] += 1
+        self._counts = tuple(counts)
+        # the base before the last fold, and the positions that fold wrote (`changed_since`)
+        self._prev_base: dict[int, Any] | None = None
+        self._merged: frozenset[int] = frozenset()
+        # the array this one was written from (position `_key`), back to the last fold
+        self._parent: SparseArray | None = None
+        self._key = -1
 
-    @classmethod
-    def _make(cls, length: int, default: Any, base: dict[int, Any],
-              overlay: dict[int, Any]) -> SparseArray:
-        new = object.__new__(cls)
-        new.length, new.default, new._base, new._overlay, new._hash = (
-            length, default, base, overlay, None)
+    def _make(self, base: dict[int, Any], overlay: dict[int, Any],
+              prev_base: dict[int, Any] | None, merged: frozenset[int],
+              parent: SparseArray | None, key: int, counts: tuple[int, ...]) -> SparseArray:
+        new = object.__new__(SparseArray)
+        new.length, new.default, new.segments, new._base, new._overlay, new._hash = (
+            self.length, self.default, self.segments, base, overlay, None)
+        new._prev_base, new._merged, new._parent, new._key = prev_base, merged, parent, key
+        new._counts = counts
         return new
 
     # ---- reading --------------------------------------------------------------------------
@@ -93,8 +113,13 @@ class SparseArray(Sequence[Any]):
         return {i for i, _ in self.items()}
 
     def count_used_in(self, positions: range) -> int:
-        """How many positions of `positions` (a step-1 range) hold a non-default value."""
+        """How many positions of `positions` (a step-1 range) hold a non-default value: O(1)
+        for a whole segment, else O(used)."""
         lo, hi = positions.start, positions.stop
+        k = bisect_right(self.segments, lo) - 1
+        if self.segments[k] == lo and hi == (
+                self.segments[k + 1] if k + 1 < len(self.segments) else self.length):
+            return self._counts[k]
         return sum(1 for i, _ in self.items() if lo <= i < hi)
 
     # ---- writing ------------------------------------------------------------------------
@@ -111,8 +136,15 @@ class SparseArray(Sequence[Any]):
             return self
         overlay = self._overlay.copy()
         overlay[i] = value
-        base = self._base
-        if len(overlay) > _MIN_OVERLAY + int(len(base) ** 0.5):
+        counts = self._counts
+        was_used, now_used = old != self.default, value != self.default
+        if was_used != now_used:
+            k = bisect_right(self.segments, i) - 1
+            counts = (*counts[:k], counts[k] + (1 if now_used else -1), *counts[k + 1:])
+        base, prev_base, merged = self._base, self._prev_base, self._merged
+        parent: SparseArray | None = self
+        if len(overlay) > min(_MAX_OVERLAY, _MIN_OVERLAY + int(len(base) ** 0.5)):
+            prev_base, merged, parent = base, frozenset(overlay), None
             base = base.copy()
             for k, v in overlay.items():
                 if v == self.default:
@@ -120,16 +152,28 @@ class SparseArray(Sequence[Any]):
                 else:
                     base[k] = v
             overlay = {}
-        return SparseArray._make(self.length, self.default, base, overlay)
+        return self._make(base, overlay, prev_base, merged, parent, i, counts)
 
     def changed_since(self, older: SparseArray) -> set[int] | None:
-        """Positions that may differ from `older`, when both grew from one base (a superset
-        of the positions that do); None when that is not known cheaply."""
+        """A superset of the positions where this array differs from `older`, when both
+        grew from one base (or `older` from the base this one's last fold started from);
+        None when that is not known cheaply."""
         if older is self:
             return set()
-        if older._base is not self._base or older.length != self.length:
+        if older.length != self.length:
             return None
-        return set(chain(older._overlay, self._overlay))
+        written: set[int] = set()
+        node: SparseArray | None = self
+        while node is not None and node._parent is not None:  # exact, back to the last fold
+            written.add(node._key)
+            node = node._parent
+            if node is older:
+                return written
+        if older._base is self._base:
+            return set(chain(older._overlay, self._overlay))
+        if older._base is self._prev_base:
+            return set(chain(older._overlay, self._merged, self._overlay))
+        return None
 
     # ---- comparing ------------------------------------------------------------------------
     def _canonical(self) -> frozenset[tuple[int, Any]]:
@@ -158,7 +202,7 @@ class SparseArray(Sequence[Any]):
         return f"SparseArray({self.length}, default={self.default!r}, {{{shown}}})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (SparseArray, (self.length, self.default, dict(self.items())))
+        return (SparseArray, (self.length, self.default, dict(self.items()), self.segments))
 
 
 def used_items(arr: Sequence[Any], default: Any) -> Iterable[tuple[int, Any]]:

@@ -210,17 +210,22 @@ class Layout:
         p, s = self.pages, self.seqs
         e = s * self.lcs * self.blocks
 
-        def arr(n: int, default: Term) -> Array:
+        def arr(n: int, default: Term, segments: tuple[int, ...] = (0,)) -> Array:
             if sparse_above is not None and n > sparse_above:
-                return SparseArray(n, default)
+                return SparseArray(n, default, segments=segments)
             return (default,) * n
+
+        # the slots of each (level, pool group) are a segment: free slots count in O(1)
+        pools = tuple(self.level_offset(lv) + g * self.slots_at(lv)
+                      for lv in range(self.cfg.num_levels)
+                      for g in range(self.cfg.num_pool_groups))
 
         return State(
             alive=arr(p, False), lc=arr(p, 0), committed=arr(p, False), level=arr(p, 0),
             slot=arr(p, NO_SLOT), locks=arr(p, 0), holds=arr(p, 0), queued=arr(p, False),
             stamp=arr(p, 0), owner=arr(p, NONE), ordinal=arr(p, 0), key=arr(p, NONE),
             dst_level=arr(p, NONE), dst_slot=arr(p, NO_SLOT),
-            slot_owner=arr(self.total_slots, NONE), slot_busy=arr(self.total_slots, IDLE),
+            slot_owner=arr(self.total_slots, NONE, pools), slot_busy=arr(self.total_slots, IDLE),
             seq_status=arr(s, int(SeqStatus.FREE)), commit_state=arr(s, int(CommitState.ALLOWED)),
             capacity=arr(s, 0), history=arr(s, 0), committed_tokens=arr(s, 0),
             entry=arr(e, NONE), entry_locked=arr(e, False), index=arr(e, BAD_PAGE_INDEX),
@@ -262,11 +267,13 @@ def evictable(ops: Ops, cfg: KVConfig, s: State, p: Term) -> Term:
     )
 
 
-def page_ids(ops: Ops, lay: Layout, s: State) -> Iterable[int]:
-    """The page records a predicate that holds only for live pages need look at: every
-    record for terms and tuples, only the live ones (ascending) in a sparse state."""
-    if not ops.symbolic and isinstance(s.alive, SparseArray):
-        return sorted(p for p, alive in s.alive.items() if alive)
+def page_ids(ops: Ops, lay: Layout, s: State, flags: Array | None = None) -> Iterable[int]:
+    """The page records a predicate that is False unless `flags[p]` (default `s.alive`)
+    need look at: every record for terms and tuples, in a sparse state only those whose
+    flag is set (ascending), so the cost follows the pages in use."""
+    arr = s.alive if flags is None else flags
+    if not ops.symbolic and isinstance(arr, SparseArray):
+        return sorted(p for p, flag in arr.items() if flag)
     return range(lay.pages)
 
 
