@@ -78,7 +78,10 @@ class SparseArray(Sequence[Any]):
 
     def __getitem__(self, i: int | slice) -> Any:
         # the model's hottest read: stored positions first, the checks only for the rest
-        v = self._overlay.get(i, _MISSING)  # type: ignore[call-overload]
+        try:
+            v = self._overlay.get(i, _MISSING)  # type: ignore[call-overload]
+        except TypeError:  # a slice
+            return self._read_other(i)
         if v is _MISSING:
             v = self._base.get(i, _MISSING)  # type: ignore[call-overload]
             if v is _MISSING:
