@@ -22,7 +22,7 @@ from .errors import (
     UnknownSequenceError,
 )
 from .executor import Executor
-from .logic import Term
+from .logic import Term, any_equal, count_equal
 from .overrides import named
 from .pages import (
     POCKET_NOT_FULL,
@@ -33,7 +33,7 @@ from .pages import (
     queue_head,
     still_valid,
 )
-from .state import State, evolve, status
+from .state import State, evolve, page_ids, status
 
 # ---- small derived terms -------------------------------------------------------------------
 
@@ -61,8 +61,7 @@ def _entry(ex: Executor, seq: int, lc: int, o: int) -> tuple[Term, Term]:
 
 
 def _free_count(ex: Executor, level: int, pg: int) -> Term:
-    return ex.ops.count([ex.ops.eq(ex.s.slot_owner[i], NONE)
-                         for i in ex.lay.slot_range(level, pg)])
+    return count_equal(ex.ops, ex.s.slot_owner, ex.lay.slot_range(level, pg), NONE)
 
 
 def _slot_is_free(ex: Executor, level: int, pg: Term) -> Callable[[int], Term]:
@@ -85,7 +84,7 @@ def _slot_twins(ex: Executor, level: int, pg: int) -> Callable[[int], tuple[Term
 def _queue_head_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
     ops, s, lay = ex.ops, ex.s, ex.lay
     if not ops.symbolic:  # the same predicate, evaluated once: LRU stamps are unique
-        queued = [p for p in range(lay.pages) if s.queued[p] and s.level[p] == level
+        queued = [p for p in page_ids(ops, lay, s, s.queued) if s.queued[p] and s.level[p] == level
                   and lay.pool_group_of_lc[s.lc[p]] == pg]
         head = min(queued, key=lambda p: (lay.priority_of_lc[s.lc[p]], s.stamp[p]), default=-1)
         return lambda p: p == head
@@ -119,7 +118,7 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
             ops.const(level == lay.cfg.last_level),
             ops.eq(status(ops, ex.s, p), int(PageStatus.DROPPABLE)),
             drops_parked(ops, lay, ex.s, p), below))
-        for p in range(lay.pages)
+        for p in page_ids(ops, lay, ex.s, ex.s.queued)
     ))
     return ops.or_(ops.lt(0, _free_count(ex, level, pg)), leaves)
 
@@ -138,9 +137,13 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
     for _ in ex.when(ops.lt(lay.slots_at(level), need)):
         ex.fail(f"{need} slots requested at level {level}; capacity is {lay.slots_at(level)}")
     for _ in range(lay.slots_at(level)):
-        for _ in ex.when(ops.lt(_free_count(ex, level, pg), need)):
+        short = ops.lt(_free_count(ex, level, pg), need)
+        if short is False:  # plain values: the rounds left would change nothing
+            break
+        for _ in ex.when(short):
             victim = ex.choose("victim", range(lay.pages), _queue_head_at(ex, level, pg),
-                               lambda p: _where(ex, p))
+                               lambda p: _where(ex, p),
+                               among=lambda: page_ids(ops, lay, ex.s, ex.s.queued))
             for _ in ex.when(ops.eq(victim, NONE)):
                 ex.fail(f"no evictable page at level {level}, pool group {pg}")
             if level == last:
@@ -377,7 +380,8 @@ def commit(ex: Executor, seq: int, tokens: tuple[int, ...]) -> None:
         if key == len(keys):
             keys.append(prefix)
         clash = any(
-            ex.s.alive[q] and ex.s.committed[q] and ex.s.key[q] == key for q in range(lay.pages)
+            ex.s.alive[q] and ex.s.committed[q] and ex.s.key[q] == key
+            for q in page_ids(ex.ops, lay, ex.s)
         )
         if clash:
             stopped = True
@@ -506,7 +510,7 @@ def create(ex: Executor, seq: int, prompt: tuple[int, ...]) -> None:
         if prefix not in ex.s.block_keys:
             break
         key = ex.s.block_keys.index(prefix)
-        pages = [next((q for q in range(lay.pages) if ex.s.alive[q] and ex.s.committed[q]
+        pages = [next((q for q in page_ids(ops, lay, ex.s) if ex.s.alive[q] and ex.s.committed[q]
                        and ex.s.key[q] == key and ex.s.lc[q] == lc), NONE)
                  for lc in range(lay.lcs)]
         if NONE in pages:
@@ -540,7 +544,7 @@ def advance(ex: Executor, stream: int) -> None:
     """A stream's outstanding GPU work completes (stream num_sequences is the copy stream)."""
     ex.require(0 <= stream <= ex.lay.seqs, UnknownSequenceError(
         f"advance: stream must be in [0, {ex.lay.seqs}], got {stream}"))
-    busy = ex.ops.or_(*(ex.ops.eq(b, stream) for b in ex.s.slot_busy))
+    busy = any_equal(ex.ops, ex.s.slot_busy, stream)
     for _ in ex.when(busy):
         ex.do("complete", stream=stream)
 

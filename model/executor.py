@@ -13,9 +13,9 @@ explicit) try only the lowest of each kind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NoReturn, Protocol
+from typing import Literal, NoReturn, Protocol, overload
 
 from .errors import ChoiceRejected, GuardViolation, MissingChoice, OutOfPages, UsageError
 from .logic import CONCRETE, Ops, Term
@@ -30,14 +30,107 @@ class Chooser(Protocol):
     (level, pool group, slot) a page sits in), so recorded choices can be replayed.
     """
 
-    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int: ...
+    def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int: ...
 
 
 class LowestChooser:
     """The default: deterministic, the first legal candidate (lowest id, FIFO position)."""
 
-    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+    def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int:
         return candidates[0]
+
+
+class Candidates(Sequence[int]):
+    """The legal candidates of one concrete choice, found as far as they are read.
+
+    A domain can be as large as the declared geometry (every slot of a level); a chooser
+    usually reads the first candidate, or looks one label up (`find`), so the domain is
+    scanned lazily, and `among` (a superset of the legal candidates, ascending) can
+    replace it. Reading the length or every candidate scans everything.
+    """
+
+    def __init__(self, domain: range, legal: Callable[[int], Term],
+                 label: Callable[[int], object] | None = None,
+                 among: Iterable[int] | None = None) -> None:
+        self._source: Iterator[int] = (x for x in (domain if among is None else among)
+                                       if x in domain and legal(x))
+        self._found: list[int] = []
+        self._done = False
+        self._legal = legal
+        self._domain = domain
+        self._label = label
+
+    def _upto(self, n: int) -> bool:
+        """Find candidates until there are more than n; False when there are not."""
+        while len(self._found) <= n and not self._done:
+            nxt = next(self._source, None)
+            if nxt is None:
+                self._done = True
+            else:
+                self._found.append(nxt)
+        return len(self._found) > n
+
+    def __len__(self) -> int:
+        self._upto(1 << 62)
+        return len(self._found)
+
+    def empty(self) -> bool:
+        return not self._upto(0)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
+        if isinstance(i, slice) or i < 0:
+            return list(self)[i]
+        if not self._upto(i):
+            raise IndexError(i)
+        return self._found[i]
+
+    def __iter__(self) -> Iterator[int]:
+        k = 0
+        while self._upto(k):
+            yield self._found[k]
+            k += 1
+
+    def find(self, want: object, by_label: bool = True) -> int | None:
+        """The candidate whose label (or, not `by_label`, whose id) is `want`, or None. An
+        id is looked up directly; a label is searched for among the candidates."""
+        if not by_label or self._label is None:
+            ok = isinstance(want, int) and want in self._domain and bool(self._legal(want))
+            return want if ok else None  # type: ignore[return-value]
+        label = self._label
+        for c in self:
+            if _norm(label(c)) == want:
+                return c
+        return None
+
+    def labels(self) -> Sequence[object]:
+        """Every candidate's label (reads every candidate)."""
+        return [self._label(c) if self._label else c for c in self]
+
+
+class _LazyLabels(Sequence[object]):
+    """The labels of `Candidates`, each computed when read."""
+
+    def __init__(self, candidates: Candidates, label: Callable[[int], object] | None) -> None:
+        self._c, self._label = candidates, label
+
+    def __len__(self) -> int:
+        return len(self._c)
+
+    @overload
+    def __getitem__(self, i: int) -> object: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[object]: ...
+
+    def __getitem__(self, i: int | slice) -> object | Sequence[object]:
+        if isinstance(i, slice):
+            return self._c.labels()[i]
+        c = self._c[i]
+        return self._label(c) if self._label else c
 
 
 # The choices an implementation makes too (and records); "page" (which dead page record a
@@ -65,17 +158,21 @@ class RecordedChooser:
     on_missing: OnMissing = "lowest"
     unmatched: list[str] = field(default_factory=list)
 
-    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+    def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int:
         if self.script is None or (self.by == "label" and kind not in CHOICE_KINDS):
             return candidates[0]
         queue = self.script.get(kind)
         if not queue:
             if self.on_missing == "raise":
-                raise MissingChoice(kind, labels)
+                raise MissingChoice(kind, list(labels))
             if self.on_missing == "note":
                 self.unmatched.append(f"the model chose a {kind} the record does not have")
             return candidates[0]
         want = _norm(queue.pop(0))
+        if isinstance(candidates, Candidates):
+            found = candidates.find(want, by_label=self.by == "label")
+            if found is not None:
+                return found
         keys = [_norm(x) for x in (labels if self.by == "label" else candidates)]
         for c, key in zip(candidates, keys, strict=True):
             if key == want:
@@ -102,7 +199,8 @@ class Executor(Protocol):
     def when(self, cond: Term) -> Iterable[None]: ...
     def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
                label: Callable[[int], object] | None = None,
-               same: Callable[[int], tuple[Term, ...]] | None = None) -> Term: ...
+               same: Callable[[int], tuple[Term, ...]] | None = None,
+               among: Callable[[], Iterable[int]] | None = None) -> Term: ...
     def fail(self, reason: str, consumed: str | None = None) -> None: ...
     def require(self, cond: Term, error: UsageError) -> None: ...
 
@@ -142,14 +240,21 @@ class ConcreteExecutor:
 
     def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
                label: Callable[[int], object] | None = None,
-               same: Callable[[int], tuple[Term, ...]] | None = None) -> Term:
-        candidates = [x for x in domain if legal(x)]
-        if not candidates:
+               same: Callable[[int], tuple[Term, ...]] | None = None,
+               among: Callable[[], Iterable[int]] | None = None) -> Term:
+        """`among`, when given, lists (ascending) a superset of the legal candidates: the
+        model's own indexes (the live pages), so that a choice costs what is in use, not
+        what is declared. It changes no outcome: `legal` still decides."""
+        found = Candidates(domain, legal, label, None if among is None else among())
+        if found.empty():
             return -1
+        candidates: Sequence[int] = found
+        labels: Sequence[object] = _LazyLabels(found, label)
         if same is not None and self.reduce_symmetry:
-            keys = [tuple(int(k) for k in same(x)) for x in candidates]
-            candidates = [x for i, x in enumerate(candidates) if keys[i] not in keys[:i]]
-        labels = [label(c) if label else c for c in candidates]
+            every = list(found)
+            keys = [tuple(int(k) for k in same(x)) for x in every]
+            candidates = [x for i, x in enumerate(every) if keys[i] not in keys[:i]]
+            labels = [label(c) if label else c for c in candidates]
         pick = self.chooser.choose(kind, candidates, labels)
         self.choices.append((kind, pick))
         return pick

@@ -12,7 +12,7 @@ definition, so a companion that drifted would fail there.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .config import (
     BAD_PAGE_INDEX,
@@ -25,8 +25,9 @@ from .config import (
     SeqStatus,
     stale_range,
 )
-from .logic import CONCRETE
-from .state import Layout, State
+from .logic import CONCRETE, Array
+from .sparse import SparseArray, used_items
+from .state import IDLE, Layout, State
 
 Check = Callable[[Layout, State], bool]
 
@@ -35,23 +36,42 @@ def _page_ok(lay: Layout, page: int) -> bool:
     return 0 <= page < lay.pages
 
 
+def _used(n: int, *arrays: Array) -> Iterable[int]:
+    """The positions (of arrays of length n) where any of `arrays` is not at its initial
+    value: only those can break a check that holds at Init position by position. Every
+    position when one of them is a tuple."""
+    if all(isinstance(a, SparseArray) for a in arrays):
+        if len(arrays) == 1:
+            return arrays[0].used()  # type: ignore[union-attr]
+        return set().union(*(a.used() for a in arrays))  # type: ignore[union-attr]
+    return range(n)
+
+
+def _entry_coords(lay: Layout, e: int) -> tuple[int, int, int]:
+    """(sequence, life cycle, ordinal) of a flat block-entry position."""
+    seq_lc, o = divmod(e, lay.blocks)
+    seq, lc = divmod(seq_lc, lay.lcs)
+    return seq, lc, o
+
+
 def slot_owned_once(lay: Layout, s: State) -> bool:
     cfg = lay.cfg
     claims: dict[int, set[int]] = {}  # flat slot -> pages sitting in or reserving it
-    for p in range(lay.pages):
+    for p in _used(lay.pages, s.alive):
+        if not s.alive[p]:
+            continue
         lc = s.lc[p]
         pg = lay.pool_group_of_lc[lc] if 0 <= lc < lay.lcs else 0
-        if s.alive[p] and s.slot[p] != NO_SLOT:
+        if s.slot[p] != NO_SLOT:
             ix = _flat(lay, s.level[p], pg, s.slot[p])
             if ix == -1 or s.slot_owner[ix] != p:
                 return False
-        if s.alive[p]:
-            for level, slot in ((s.level[p], s.slot[p]), (s.dst_level[p], s.dst_slot[p])):
-                if 0 <= level < cfg.num_levels and 0 <= slot < lay.slots_at(level) and \
-                        0 <= pg < cfg.num_pool_groups:
-                    claims.setdefault(_flat(lay, level, pg, slot), set()).add(p)
+        for level, slot in ((s.level[p], s.slot[p]), (s.dst_level[p], s.dst_slot[p])):
+            if 0 <= level < cfg.num_levels and 0 <= slot < lay.slots_at(level) and \
+                    0 <= pg < cfg.num_pool_groups:
+                claims.setdefault(_flat(lay, level, pg, slot), set()).add(p)
     return all(owner == NONE or owner in claims.get(flat, ())
-               for flat, owner in enumerate(s.slot_owner))
+               for flat, owner in used_items(s.slot_owner, NONE))
 
 
 def _flat(lay: Layout, level: int, pg: int, slot: int) -> int:
@@ -65,72 +85,81 @@ def _flat(lay: Layout, level: int, pg: int, slot: int) -> int:
 def refcounts_match(lay: Layout, s: State) -> bool:
     locks: Counter[int] = Counter()
     holds: Counter[int] = Counter()
-    for page, locked in zip(s.entry, s.entry_locked, strict=True):
-        (locks if locked else holds)[page] += 1
-    for page in s.pocket:
+    for e in _used(len(s.entry), s.entry, s.entry_locked):
+        (locks if s.entry_locked[e] else holds)[s.entry[e]] += 1
+    for _, page in used_items(s.pocket, NONE):
         holds[page] += 1
-    return all(s.locks[p] == locks[p] and s.holds[p] == holds[p] for p in range(lay.pages))
+    pages = {p for p in (*locks, *holds) if _page_ok(lay, p)}
+    pages.update(_used(lay.pages, s.locks, s.holds))
+    return all(s.locks[p] == locks[p] and s.holds[p] == holds[p] for p in pages)
 
 
 def entries_are_live(lay: Layout, s: State) -> bool:
-    for seq in range(lay.seqs):
-        for lc in range(lay.lcs):
-            for o in range(lay.blocks):
-                e = (seq * lay.lcs + lc) * lay.blocks + o
-                page = s.entry[e]
-                if s.entry_locked[e] and page == NONE:
-                    return False
-                if page == NONE:
-                    continue
-                if not (_page_ok(lay, page) and s.alive[page] and s.lc[page] == lc
-                        and s.ordinal[page] == o and (s.committed[page] or s.owner[page] == seq)):
-                    return False
+    for e in _used(len(s.entry), s.entry, s.entry_locked):
+        seq, lc, o = _entry_coords(lay, e)
+        page = s.entry[e]
+        if s.entry_locked[e] and page == NONE:
+            return False
+        if page == NONE:
+            continue
+        if not (_page_ok(lay, page) and s.alive[page] and s.lc[page] == lc
+                and s.ordinal[page] == o and (s.committed[page] or s.owner[page] == seq)):
+            return False
     return True
 
 
 def pocket_entries_orphaned(lay: Layout, s: State) -> bool:
-    referenced = set(s.entry)
-    for seq in range(lay.seqs):
-        for lc in range(lay.lcs):
-            for k in lay.pocket_range(seq, lc):
-                page = s.pocket[k]
-                if page == NONE:
-                    continue
-                if not _page_ok(lay, page):
-                    return False
-                status = PageStatus.LOCKED if s.locks[page] > 0 else (
-                    PageStatus.HELD if s.holds[page] > 0 else PageStatus.DROPPABLE)
-                if not (s.alive[page] and not s.committed[page] and status == PageStatus.HELD
-                        and s.owner[page] == seq and s.lc[page] == lc
-                        and page not in referenced):
-                    return False
+    referenced = {page for _, page in used_items(s.entry, NONE)}
+    cap = lay.pocket_cap
+    for k, page in used_items(s.pocket, NONE):
+        seq, lc = divmod(k // cap, lay.lcs)
+        if not _page_ok(lay, page):
+            return False
+        status = PageStatus.LOCKED if s.locks[page] > 0 else (
+            PageStatus.HELD if s.holds[page] > 0 else PageStatus.DROPPABLE)
+        if not (s.alive[page] and not s.committed[page] and status == PageStatus.HELD
+                and s.owner[page] == seq and s.lc[page] == lc
+                and page not in referenced):
+            return False
     return True
 
 
 def window_is_mapped(lay: Layout, s: State) -> bool:
+    """The blocks within each sequence's capacity, and every block entry in use: a block
+    past the capacity whose entry, lock and index are at their initial values passes."""
+    t = lay.cfg.tokens_per_block
+    if not all(isinstance(a, SparseArray) for a in (s.entry, s.entry_locked, s.index)):
+        return all(_window_ok(lay, s, e) for e in range(len(s.entry)))
+    positions: set[int] = set(_used(len(s.entry), s.entry, s.entry_locked, s.index))
+    for seq in _used(lay.seqs, s.capacity):
+        within = min(lay.blocks, -(-s.capacity[seq] // t))
+        for lc_i in range(lay.lcs):
+            base = (seq * lay.lcs + lc_i) * lay.blocks
+            positions.update(range(base, base + within))
+    # a stale block lies below the history, so within the capacity: covered above
+    return all(_window_ok(lay, s, e) for e in positions)
+
+
+def _window_ok(lay: Layout, s: State, e: int) -> bool:
     cfg = lay.cfg
     t = cfg.tokens_per_block
-    for seq in range(lay.seqs):
-        active = s.seq_status[seq] == SeqStatus.ACTIVE
-        kept = s.commit_state[seq] == CommitState.ALLOWED
-        for lc_i, lc in enumerate(cfg.life_cycles):
-            start, end = stale_range(lc, s.history[seq], t) if lc.window is not None else (0, 0)
-            for o in range(lay.blocks):
-                e = (seq * lay.lcs + lc_i) * lay.blocks + o
-                in_cap = o * t < s.capacity[seq]
-                stale = start <= o < end
-                if active and in_cap and not stale and not (
-                        s.entry_locked[e] and s.index[e] != BAD_PAGE_INDEX):
-                    return False
-                if stale and s.index[e] != BAD_PAGE_INDEX:
-                    return False
-                if not in_cap and s.entry[e] != NONE:
-                    return False
-                page = s.entry[e]
-                if stale and page != NONE and not (
-                        kept and not (s.committed[page] if _page_ok(lay, page) else True)):
-                    return False
-    return True
+    seq, lc_i, o = _entry_coords(lay, e)
+    lc = cfg.life_cycles[lc_i]
+    active = s.seq_status[seq] == SeqStatus.ACTIVE
+    kept = s.commit_state[seq] == CommitState.ALLOWED
+    start, end = stale_range(lc, s.history[seq], t) if lc.window is not None else (0, 0)
+    in_cap = o * t < s.capacity[seq]
+    stale = start <= o < end
+    if active and in_cap and not stale and not (
+            s.entry_locked[e] and s.index[e] != BAD_PAGE_INDEX):
+        return False
+    if stale and s.index[e] != BAD_PAGE_INDEX:
+        return False
+    if not in_cap and s.entry[e] != NONE:
+        return False
+    page = s.entry[e]
+    return not (stale and page != NONE and not (
+        kept and not (s.committed[page] if _page_ok(lay, page) else True)))
 
 
 def values_in_range(lay: Layout, s: State) -> bool:
@@ -142,7 +171,9 @@ def values_in_range(lay: Layout, s: State) -> bool:
 
     if s.clock < 0:
         return False
-    for p in range(lay.pages):
+    pages = _used(lay.pages, s.lc, s.level, s.slot, s.locks, s.holds, s.owner, s.ordinal,
+                  s.key, s.stamp, s.dst_level, s.dst_slot)
+    for p in pages:
         if not (0 <= s.lc[p] < lay.lcs and 0 <= s.level[p] < levels
                 and (s.slot[p] == NO_SLOT or slot_fits(s.level[p], s.slot[p]))
                 and s.locks[p] >= 0 and s.holds[p] >= 0 and NONE <= s.owner[p] < lay.seqs
@@ -154,22 +185,25 @@ def values_in_range(lay: Layout, s: State) -> bool:
                 return False
         elif not slot_fits(s.dst_level[p], s.dst_slot[p]):
             return False
-    return (all(NONE <= x < lay.pages for x in s.slot_owner)
-            and all(-1 <= x < lay.seqs + 1 for x in s.slot_busy)
-            and all(0 <= x < len(SeqStatus) for x in s.seq_status)
-            and all(0 <= x < len(CommitState) for x in s.commit_state)
-            and all(NONE <= x < lay.pages for x in s.entry)
-            and all(NONE <= x < lay.pages for x in s.pocket))
+    return (all(NONE <= x < lay.pages for _, x in used_items(s.slot_owner, NONE))
+            and all(-1 <= x < lay.seqs + 1 for _, x in used_items(s.slot_busy, IDLE))
+            and all(0 <= x < len(SeqStatus)
+                    for _, x in used_items(s.seq_status, int(SeqStatus.FREE)))
+            and all(0 <= x < len(CommitState)
+                    for _, x in used_items(s.commit_state, int(CommitState.ALLOWED)))
+            and all(NONE <= x < lay.pages for _, x in used_items(s.entry, NONE))
+            and all(NONE <= x < lay.pages for _, x in used_items(s.pocket, NONE)))
 
 
 def no_page_in_two_pockets(lay: Layout, s: State) -> bool:
-    parked = [x for x in s.pocket if x != NONE]
+    parked = [x for _, x in used_items(s.pocket, NONE)]
     return len(parked) == len(set(parked))
 
 
 def index_matches_locks(lay: Layout, s: State) -> bool:
     slot, n = s.slot, len(s.slot)
-    for e, page in enumerate(s.entry):
+    for e in _used(len(s.entry), s.entry, s.entry_locked, s.index):
+        page = s.entry[e]
         locked_slot = slot[page] if 0 <= page < n else NO_SLOT
         if s.index[e] != (locked_slot if s.entry_locked[e] else BAD_PAGE_INDEX):
             return False
@@ -177,15 +211,15 @@ def index_matches_locks(lay: Layout, s: State) -> bool:
 
 
 def inactive_sequences_unlocked(lay: Layout, s: State) -> bool:
-    return all(s.seq_status[q] == SeqStatus.ACTIVE
-               or not any(s.entry_locked[e] for e in lay.entry_range(q))
-               for q in range(lay.seqs))
+    per_seq = lay.lcs * lay.blocks
+    return all(s.seq_status[e // per_seq] == SeqStatus.ACTIVE
+               for e, locked in used_items(s.entry_locked, False) if locked)
 
 
 def gone_sequences_hold_nothing(lay: Layout, s: State) -> bool:
     gone = (SeqStatus.FREE, SeqStatus.CLOSED)
-    return all(s.seq_status[q] not in gone or all(s.entry[e] == NONE for e in lay.entry_range(q))
-               for q in range(lay.seqs))
+    per_seq = lay.lcs * lay.blocks
+    return all(s.seq_status[e // per_seq] not in gone for e, _ in used_items(s.entry, NONE))
 
 
 def _evictable(lay: Layout, s: State, p: int) -> bool:
@@ -201,8 +235,8 @@ def _evictable(lay: Layout, s: State, p: int) -> bool:
 def queue_follows_evictability(lay: Layout, s: State) -> bool:
     """One pass, with the pocket as a set (the definition scans it once per page)."""
     pin = lay.cfg.pocket.policy == PocketPolicy.PIN
-    parked = set(s.pocket) if pin else set()
-    for p in range(lay.pages):
+    parked = {x for _, x in used_items(s.pocket, NONE)} if pin else set()
+    for p in _used(lay.pages, s.alive):
         if not s.alive[p]:
             continue
         should = _evictable(lay, s, p) and s.slot[p] != NO_SLOT and not (pin and p in parked)
@@ -212,41 +246,46 @@ def queue_follows_evictability(lay: Layout, s: State) -> bool:
 
 
 # The per-page invariants below are linear already; on plain values a loop with early
-# exit is several times faster than building every page's term.
+# exit is several times faster than building every page's term. A page record at its
+# initial values satisfies each, so only the records in use are looked at.
 def dead_pages_are_blank(lay: Layout, s: State) -> bool:
     return all(s.alive[p] or (s.slot[p] == NO_SLOT and not s.queued[p] and s.locks[p] == 0
                               and s.holds[p] == 0 and s.dst_level[p] == NONE)
-               for p in range(lay.pages))
+               for p in _used(lay.pages, s.slot, s.queued, s.locks, s.holds, s.dst_level))
 
 
 def locked_at_gpu(lay: Layout, s: State) -> bool:
     return all(not s.locks[p] > 0 or (
         bool(s.alive[p]) and s.level[p] == GPU_LEVEL and s.slot[p] != NO_SLOT
-        and not s.queued[p] and s.dst_level[p] == NONE) for p in range(lay.pages))
+        and not s.queued[p] and s.dst_level[p] == NONE) for p in _used(lay.pages, s.locks))
 
 
 def queued_are_evictable(lay: Layout, s: State) -> bool:
     return all(not s.queued[p] or (
         bool(s.alive[p]) and s.slot[p] != NO_SLOT and s.dst_level[p] == NONE
-        and _evictable(lay, s, p)) for p in range(lay.pages))
+        and _evictable(lay, s, p)) for p in _used(lay.pages, s.queued))
 
 
 def live_pages_have_slots(lay: Layout, s: State) -> bool:
     dropped = lay.cfg.pocket.drops_parked
-    parked = set(s.pocket) if dropped else set()
+    parked = {x for _, x in used_items(s.pocket, NONE)} if dropped else set()
     return all(not s.alive[p] or s.slot[p] != NO_SLOT
                or (dropped and p in parked and s.level[p] == GPU_LEVEL)
-               for p in range(lay.pages))
+               for p in _used(lay.pages, s.alive))
 
 
 def no_orphan_pages(lay: Layout, s: State) -> bool:
     return all(not (s.alive[p] and s.locks[p] <= 0 and s.holds[p] <= 0)
-               or bool(s.committed[p] and s.queued[p]) for p in range(lay.pages))
+               or bool(s.committed[p] and s.queued[p]) for p in _used(lay.pages, s.alive))
+
+
+def no_migration_in_flight(lay: Layout, s: State) -> bool:
+    return all(s.dst_level[p] == NONE for p in _used(lay.pages, s.dst_level))
 
 
 def migrations_reserved(lay: Layout, s: State) -> bool:
     """Only pages in flight are examined (the definition builds a term for every page)."""
-    for p in range(lay.pages):
+    for p in _used(lay.pages, s.dst_level):
         dst = s.dst_level[p]
         if dst == NONE:
             continue
@@ -270,6 +309,7 @@ FAST: dict[str, Check] = {
     "live_pages_have_slots": live_pages_have_slots,
     "no_orphan_pages": no_orphan_pages,
     "migrations_reserved": migrations_reserved,
+    "no_migration_in_flight": no_migration_in_flight,
     "index_matches_locks": index_matches_locks,
     "inactive_sequences_unlocked": inactive_sequences_unlocked,
     "gone_sequences_hold_nothing": gone_sequences_hold_nothing,
@@ -280,4 +320,320 @@ FAST: dict[str, Check] = {
     "window_is_mapped": window_is_mapped,
     "values_in_range": values_in_range,
     "no_page_in_two_pockets": no_page_in_two_pockets,
+}
+
+
+# ---- checks of what changed ----------------------------------------------------------------
+# The incremental checker (`incremental.py`) re-checks an invariant that held in the last
+# state it checked. On sparse states it knows which positions of each array may have
+# changed since then (`Delta`), and the checks below look at those positions and what
+# depends on them only. Each returns None when it cannot tell (positions unknown, or a
+# global input changed in a way it does not follow): the full check then runs.
+# `tests/model/test_incremental.py` checks that runs with them agree with the full check.
+
+PAGE_FIELDS = ("alive", "lc", "committed", "level", "slot", "locks", "holds", "queued",
+               "stamp", "owner", "ordinal", "key", "dst_level", "dst_slot")
+ENTRY_FIELDS = ("entry", "entry_locked", "index")
+SEQ_FIELDS = ("seq_status", "commit_state", "capacity", "history", "committed_tokens")
+
+
+class Delta:
+    """What changed from `old` (a state whose invariants were checked) to `new`."""
+
+    def __init__(self, old: State, new: State, changed: frozenset[str]) -> None:
+        self.old, self.new, self.changed = old, new, changed
+        self._at: dict[str, set[int] | None] = {}
+
+    def _field(self, name: str) -> set[int] | None:
+        if name not in self.changed:
+            return set()
+        known = self._at.get(name, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[no-any-return]
+        new, old = getattr(self.new, name), getattr(self.old, name)
+        pos: set[int] | None = None
+        if isinstance(new, SparseArray) and isinstance(old, SparseArray):
+            pos = new.changed_since(old)
+        elif isinstance(new, tuple) and isinstance(old, tuple) and len(new) == len(old) \
+                and len(new) <= _COMPARED:
+            pos = {i for i, (a, b) in enumerate(zip(new, old)) if a is not b and a != b}
+        self._at[name] = pos
+        return pos
+
+    def at(self, *names: str) -> set[int] | None:
+        """Positions where any of these arrays may differ; None when not known."""
+        out: set[int] = set()
+        for name in names:
+            pos = self._field(name)
+            if pos is None:
+                return None
+            out |= pos
+        return out
+
+
+_UNKNOWN = object()
+_COMPARED = 1024  # tuples up to this length are compared position by position
+Local = Callable[[Layout, State, Delta], "bool | None"]
+
+
+def _per_page(check_at: Callable[[Layout, State, Iterable[int]], bool],
+              globals_read: tuple[str, ...] = ()) -> Local:
+    """A per-page invariant: only the changed pages, while its other inputs are the same."""
+    def local(lay: Layout, s: State, d: Delta) -> bool | None:
+        if d.changed.intersection(globals_read):
+            return None
+        pages = d.at(*PAGE_FIELDS)
+        return None if pages is None else check_at(lay, s, pages)
+    return local
+
+
+def _dead_blank_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
+    return all(s.alive[p] or (s.slot[p] == NO_SLOT and not s.queued[p] and s.locks[p] == 0
+                              and s.holds[p] == 0 and s.dst_level[p] == NONE) for p in pages)
+
+
+def _locked_at_gpu_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
+    return all(not s.locks[p] > 0 or (
+        bool(s.alive[p]) and s.level[p] == GPU_LEVEL and s.slot[p] != NO_SLOT
+        and not s.queued[p] and s.dst_level[p] == NONE) for p in pages)
+
+
+def _queued_evictable_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
+    return all(not s.queued[p] or (
+        bool(s.alive[p]) and s.slot[p] != NO_SLOT and s.dst_level[p] == NONE
+        and _evictable(lay, s, p)) for p in pages)
+
+
+def _no_orphan_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
+    return all(not (s.alive[p] and s.locks[p] <= 0 and s.holds[p] <= 0)
+               or bool(s.committed[p] and s.queued[p]) for p in pages)
+
+
+def _not_moving_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
+    return all(s.dst_level[p] == NONE for p in pages)
+
+
+def _live_slots_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
+    dropped = lay.cfg.pocket.drops_parked
+    parked = {x for _, x in used_items(s.pocket, NONE)} if dropped else set()
+    return all(not s.alive[p] or s.slot[p] != NO_SLOT
+               or (dropped and p in parked and s.level[p] == GPU_LEVEL) for p in pages)
+
+
+def _queue_follows_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
+    pin = lay.cfg.pocket.policy == PocketPolicy.PIN
+    parked = {x for _, x in used_items(s.pocket, NONE)} if pin else set()
+    for p in pages:
+        if not s.alive[p]:
+            continue
+        should = _evictable(lay, s, p) and s.slot[p] != NO_SLOT and not (pin and p in parked)
+        if s.queued[p] != should:
+            return False
+    return True
+
+
+def _migrations_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    pages, slots = d.at(*PAGE_FIELDS), d.at("slot_owner")
+    if pages is None or slots is None:
+        return None
+    # a page whose reserved slot changed hands owned it before (the invariant held)
+    pages |= {d.old.slot_owner[ix] for ix in slots} - {NONE}
+    return _migrations_at(lay, s, (p for p in pages if _page_ok(lay, p)))
+
+
+def _migrations_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
+    for p in pages:
+        dst = s.dst_level[p]
+        if dst == NONE:
+            continue
+        lvl = s.level[p]
+        if not (s.alive[p] and s.slot[p] != NO_SLOT):
+            return False
+        if not (dst == lvl + 1 or (dst == GPU_LEVEL and lvl > GPU_LEVEL)):
+            return False
+        pg = CONCRETE.lookup(lay.pool_group_of_lc, s.lc[p], 0)
+        dst_ix = lay.slot_ix(CONCRETE, dst, pg, s.dst_slot[p])
+        if dst_ix == -1 or CONCRETE.lookup(s.slot_owner, dst_ix, NONE) != p:
+            return False
+    return True
+
+
+def _pg_of(lay: Layout, s: State, p: int) -> int:
+    lc = s.lc[p]
+    return lay.pool_group_of_lc[lc] if 0 <= lc < lay.lcs else 0
+
+
+def _claims(lay: Layout, s: State, p: int) -> tuple[int, int]:
+    """The flat slots page p sits in and reserves (-1: none)."""
+    pg = _pg_of(lay, s, p)
+    return _flat(lay, s.level[p], pg, s.slot[p]), _flat(lay, s.dst_level[p], pg, s.dst_slot[p])
+
+
+def _slot_owned_once_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    pages = d.at("alive", "lc", "level", "slot", "dst_level", "dst_slot")
+    slots = d.at("slot_owner")
+    if pages is None or slots is None:
+        return None
+    old = d.old
+    pages = {p for p in pages if _page_ok(lay, p)}
+    for p in pages:  # the slots changed pages sat in or reserved, before and now
+        for st in (old, s):
+            if st.alive[p]:
+                slots.update(ix for ix in _claims(lay, st, p) if ix != -1)
+    pages |= {old.slot_owner[ix] for ix in slots if _page_ok(lay, old.slot_owner[ix])}
+    for p in pages:
+        if s.alive[p] and s.slot[p] != NO_SLOT:
+            ix = _flat(lay, s.level[p], _pg_of(lay, s, p), s.slot[p])
+            if ix == -1 or s.slot_owner[ix] != p:
+                return False
+    for ix in slots:
+        owner = s.slot_owner[ix]
+        if owner == NONE:
+            continue
+        if not (_page_ok(lay, owner) and s.alive[owner] and ix in _claims(lay, s, owner)):
+            return False
+    return True
+
+
+def _entries_of_pages(s: State, pages: set[int]) -> set[int]:
+    """The block entries (in use) that reference one of `pages`."""
+    if not pages:
+        return set()
+    return {e for e, page in used_items(s.entry, NONE) if page in pages}
+
+
+def _entries_live_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    entries = d.at("entry", "entry_locked")
+    pages = d.at("alive", "lc", "ordinal", "committed", "owner")
+    if entries is None or pages is None:
+        return None
+    entries |= _entries_of_pages(s, pages)
+    return _entries_live_at(lay, s, entries)
+
+
+def _entries_live_at(lay: Layout, s: State, entries: Iterable[int]) -> bool:
+    for e in entries:
+        seq, lc, o = _entry_coords(lay, e)
+        page = s.entry[e]
+        if s.entry_locked[e] and page == NONE:
+            return False
+        if page == NONE:
+            continue
+        if not (_page_ok(lay, page) and s.alive[page] and s.lc[page] == lc
+                and s.ordinal[page] == o and (s.committed[page] or s.owner[page] == seq)):
+            return False
+    return True
+
+
+def _index_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    entries, pages = d.at(*ENTRY_FIELDS), d.at("slot")
+    if entries is None or pages is None:
+        return None
+    entries |= _entries_of_pages(s, pages)
+    slot, n = s.slot, len(s.slot)
+    for e in entries:
+        page = s.entry[e]
+        locked_slot = slot[page] if 0 <= page < n else NO_SLOT
+        if s.index[e] != (locked_slot if s.entry_locked[e] else BAD_PAGE_INDEX):
+            return False
+    return True
+
+
+def _window_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    entries = d.at(*ENTRY_FIELDS)
+    seqs = d.at("seq_status", "commit_state", "capacity", "history")
+    pages = d.at("committed")
+    if entries is None or seqs is None or pages is None:
+        return None
+    entries |= _entries_of_pages(s, pages)
+    if seqs:
+        t, per_seq = lay.cfg.tokens_per_block, lay.lcs * lay.blocks
+        for arr, default in ((s.entry, NONE), (s.entry_locked, False),
+                             (s.index, BAD_PAGE_INDEX)):
+            entries.update(e for e, _ in used_items(arr, default) if e // per_seq in seqs)
+        for seq in seqs:
+            if not 0 <= seq < lay.seqs:
+                return None
+            within = min(lay.blocks, -(-s.capacity[seq] // t))
+            for lc_i in range(lay.lcs):
+                base = (seq * lay.lcs + lc_i) * lay.blocks
+                entries.update(range(base, base + within))
+    return all(_window_ok(lay, s, e) for e in entries)
+
+
+def _refcounts_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    entries, pocket = d.at("entry", "entry_locked"), d.at("pocket")
+    pages = d.at("locks", "holds")
+    if entries is None or pocket is None or pages is None:
+        return None
+    old = d.old
+    pages |= {st.entry[e] for e in entries for st in (old, s)}
+    pages |= {st.pocket[k] for k in pocket for st in (old, s)}
+    pages = {p for p in pages if _page_ok(lay, p)}
+    if not pages:
+        return True
+    locks: Counter[int] = Counter()
+    holds: Counter[int] = Counter()
+    for e, page in used_items(s.entry, NONE):
+        if page in pages:
+            (locks if s.entry_locked[e] else holds)[page] += 1
+    for _, page in used_items(s.pocket, NONE):
+        if page in pages:
+            holds[page] += 1
+    return all(s.locks[p] == locks[p] and s.holds[p] == holds[p] for p in pages)
+
+
+def _values_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    if s.clock < 0:
+        return False
+    if "clock" in d.changed and s.clock < d.old.clock:
+        return None  # a stamp that preceded the old clock may not precede this one
+    pages = d.at(*PAGE_FIELDS)
+    if pages is None:
+        return None
+    levels = lay.cfg.num_levels
+
+    def slot_fits(level: int, slot: int) -> bool:
+        return 0 <= level < levels and 0 <= slot < lay.slots_at(level)
+
+    for p in pages:
+        if not (0 <= s.lc[p] < lay.lcs and 0 <= s.level[p] < levels
+                and (s.slot[p] == NO_SLOT or slot_fits(s.level[p], s.slot[p]))
+                and s.locks[p] >= 0 and s.holds[p] >= 0 and NONE <= s.owner[p] < lay.seqs
+                and 0 <= s.ordinal[p] < lay.blocks and s.key[p] >= NONE
+                and 0 <= s.stamp[p] < s.clock + 1):
+            return False
+        if s.dst_level[p] == NONE:
+            if s.dst_slot[p] != NO_SLOT:
+                return False
+        elif not slot_fits(s.dst_level[p], s.dst_slot[p]):
+            return False
+    bounds = (("slot_owner", NONE, lay.pages), ("slot_busy", -1, lay.seqs + 1),
+              ("seq_status", 0, len(SeqStatus)), ("commit_state", 0, len(CommitState)),
+              ("entry", NONE, lay.pages), ("pocket", NONE, lay.pages))
+    for name, lo, hi in bounds:
+        positions = d.at(name)
+        if positions is None:
+            return None
+        arr = getattr(s, name)
+        if not all(lo <= arr[i] < hi for i in positions):
+            return False
+    return True
+
+
+LOCAL: dict[str, Local] = {
+    "dead_pages_are_blank": _per_page(_dead_blank_at),
+    "locked_at_gpu": _per_page(_locked_at_gpu_at),
+    "queued_are_evictable": _per_page(_queued_evictable_at),
+    "no_orphan_pages": _per_page(_no_orphan_at),
+    "no_migration_in_flight": _per_page(_not_moving_at),
+    "live_pages_have_slots": _per_page(_live_slots_at, ("pocket",)),
+    "queue_follows_evictability": _per_page(_queue_follows_at, ("pocket",)),
+    "migrations_reserved": _migrations_local,
+    "slot_owned_once": _slot_owned_once_local,
+    "entries_are_live": _entries_live_local,
+    "index_matches_locks": _index_local,
+    "window_is_mapped": _window_local,
+    "refcounts_match": _refcounts_local,
+    "values_in_range": _values_local,
 }

@@ -5,7 +5,10 @@ on state values. `ConcreteOps` evaluates them on plain ints and bools, so the
 model runs; the Z3 interpretation (`kvpocket.verify.proofs.z3ops`) builds terms from
 the very same definitions, so there is no second copy of the transitions.
 
-Arrays are tuples; an index may be a plain int (fast path) or a term.
+Arrays are tuples (Z3) or `SparseArray`s (the executable model: only positions in use
+are stored); an index may be a plain int (fast path) or a term. The helpers at the end
+(`count_equal`, `any_equal`, `replace_equal`) are whole-array operations written once:
+on a sparse array they visit only the stored positions, on a tuple every position.
 """
 
 from __future__ import annotations
@@ -13,8 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from .sparse import SparseArray
+
 # A value of the model: a Python int/bool under ConcreteOps, a Z3 expression symbolically.
 Term = Any
+# An array of the model's state: a tuple, or a `SparseArray` in the executable model.
+Array = Sequence[Term]
 
 
 class Ops(Protocol):
@@ -36,7 +43,7 @@ class Ops(Protocol):
     def sub(self, a: Term, b: Term) -> Term: ...
     def scale(self, a: Term, k: int) -> Term: ...
     def lookup(self, arr: Sequence[Term], idx: Term, default: Term = -1) -> Term: ...
-    def store(self, arr: tuple[Term, ...], idx: Term, value: Term) -> tuple[Term, ...]: ...
+    def store(self, arr: Array, idx: Term, value: Term) -> Array: ...
     def count(self, conds: Sequence[Term]) -> Term: ...
 
 
@@ -87,9 +94,11 @@ class ConcreteOps:
     def lookup(self, arr: Sequence[Term], idx: Term, default: Term = -1) -> Term:
         return arr[idx] if 0 <= idx < len(arr) else default
 
-    def store(self, arr: tuple[Term, ...], idx: Term, value: Term) -> tuple[Term, ...]:
+    def store(self, arr: Array, idx: Term, value: Term) -> Array:
         if not 0 <= idx < len(arr):
             return arr
+        if isinstance(arr, SparseArray):
+            return arr.set(idx, value)
         return (*arr[:idx], value, *arr[idx + 1 :])
 
     def count(self, conds: Sequence[Term]) -> Term:
@@ -97,3 +106,35 @@ class ConcreteOps:
 
 
 CONCRETE = ConcreteOps()
+
+
+# ---- whole-array operations ------------------------------------------------------------------
+
+
+def count_equal(ops: Ops, arr: Array, positions: range, value: int) -> Term:
+    """How many positions of `positions` hold `value`."""
+    if not ops.symbolic and isinstance(arr, SparseArray):
+        if value == arr.default:
+            return len(positions) - arr.count_used_in(positions)
+        lo, hi = positions.start, positions.stop
+        return sum(1 for i, v in arr.items() if lo <= i < hi and v == value)
+    return ops.count([ops.eq(arr[i], value) for i in positions])
+
+
+def any_equal(ops: Ops, arr: Array, value: int) -> Term:
+    """Some position holds `value`."""
+    if not ops.symbolic and isinstance(arr, SparseArray):
+        return (value == arr.default and len(arr.used()) < len(arr)) or any(
+            v == value for _, v in arr.items())
+    return ops.or_(*(ops.eq(x, value) for x in arr))
+
+
+def replace_equal(ops: Ops, arr: Array, old: Term, new: int) -> Array:
+    """Every position holding `old` holds `new` instead."""
+    if not ops.symbolic and isinstance(arr, SparseArray) and old != arr.default:
+        out = arr
+        for i, v in list(arr.items()):
+            if v == old:
+                out = out.set(i, new)
+        return out
+    return tuple(ops.ite(ops.eq(x, old), new, x) for x in arr)

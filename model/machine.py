@@ -20,6 +20,10 @@ from .invariants import Invariant, Scope
 from .logic import CONCRETE
 from .state import Layout, State
 
+# Arrays of the model's state longer than this are `SparseArray`s (`state.initial_state`);
+# shorter ones are tuples, faster to read and cheap to copy at that size.
+SPARSE_ABOVE = 256
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -37,13 +41,15 @@ class RunResult:
 
 class Model:
     def __init__(self, cfg: KVConfig, chooser: Chooser | None = None,
-                 reduce_symmetry: bool = False) -> None:
+                 reduce_symmetry: bool = False, sparse_above: int = SPARSE_ABOVE) -> None:
         self.cfg = cfg
         self.reduce_symmetry = reduce_symmetry  # see ConcreteExecutor
         self.layout = Layout(cfg)
         self._checker = IncrementalChecker(self.layout)
         self.ops = CONCRETE
-        self.state: State = self.layout.initial_state()
+        # arrays longer than `sparse_above` are sparse: the state costs what is in use,
+        # not the declared geometry
+        self.state: State = self.layout.initial_state(sparse_above)
         self.chooser: Chooser = chooser or LowestChooser()
         self.last_steps: list[Step] = []
         self.last_choices: list[tuple[str, int]] = []

@@ -23,9 +23,9 @@ from .config import (
     PocketPolicy,
     SeqStatus,
 )
-from .logic import Ops, Term
+from .logic import Array, Ops, Term, any_equal, replace_equal
 from .overrides import any_override, named
-from .state import IDLE, Layout, State, evictable, evolve, status
+from .state import IDLE, Layout, State, evictable, evolve, page_ids, status
 
 Params = dict[str, Term]
 
@@ -139,7 +139,7 @@ def has_slot(ops: Ops, s: State, p: Term) -> Term:
 
 
 def in_pocket(ops: Ops, s: State, p: Term) -> Term:
-    return ops.or_(*(ops.eq(x, p) for x in s.pocket))
+    return any_equal(ops, s.pocket, p)
 
 
 def queue_head(ops: Ops, lay: Layout, s: State, p: Term) -> Term:
@@ -148,7 +148,7 @@ def queue_head(ops: Ops, lay: Layout, s: State, p: Term) -> Term:
     lc = ops.lookup(s.lc, p, 0)
     pg, prio, stamp = pool_group(ops, lay, lc), priority(ops, lay, lc), ops.lookup(s.stamp, p, 0)
     before = []
-    for q in range(lay.pages):
+    for q in page_ids(ops, lay, s, s.queued):
         q_pg, q_prio = pool_group(ops, lay, s.lc[q]), priority(ops, lay, s.lc[q])
         earlier = ops.or_(
             ops.lt(q_prio, prio), ops.and_(ops.eq(q_prio, prio), ops.lt(s.stamp[q], stamp))
@@ -166,8 +166,8 @@ def pocket_size(ops: Ops, lay: Layout, s: State, seq: Term, lc: Term) -> Term:
     ])
 
 
-def pocket_remove(ops: Ops, lay: Layout, pocket: tuple[Term, ...], seq: Term, lc: Term,
-                  k: Term) -> tuple[Term, ...]:
+def pocket_remove(ops: Ops, lay: Layout, pocket: Array, seq: Term, lc: Term,
+                  k: Term) -> Array:
     """Remove position k of pocket (seq, lc), shifting later entries forward (FIFO order)."""
     cap = lay.pocket_cap
     out = pocket
@@ -178,7 +178,7 @@ def pocket_remove(ops: Ops, lay: Layout, pocket: tuple[Term, ...], seq: Term, lc
     return out
 
 
-def _set(ops: Ops, arr: tuple[Term, ...], idx: Term, value: Term) -> tuple[Term, ...]:
+def _set(ops: Ops, arr: Array, idx: Term, value: Term) -> Array:
     return ops.store(arr, idx, value)
 
 
@@ -639,7 +639,7 @@ def g_commit_page(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     lc = ops.lookup(s.lc, page, 0)
     clash = ops.or_(*(
         ops.and_(s.alive[q], s.committed[q], ops.eq(s.key[q], key), ops.eq(s.lc[q], lc))
-        for q in range(lay.pages)
+        for q in page_ids(ops, lay, s)
     ))
     return [
         ("page is alive", ops.lookup(s.alive, page, False)),
@@ -662,12 +662,11 @@ def e_commit_page(ops: Ops, lay: Layout, s: State, p: Params) -> State:
 
 
 def g_complete(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
-    return [("stream has outstanding work", ops.or_(*(ops.eq(b, p["stream"]) for b in s.slot_busy)))]
+    return [("stream has outstanding work", any_equal(ops, s.slot_busy, p["stream"]))]
 
 
 def e_complete(ops: Ops, lay: Layout, s: State, p: Params) -> State:
-    busy = tuple(ops.ite(ops.eq(b, p["stream"]), IDLE, b) for b in s.slot_busy)
-    return evolve(s, slot_busy=busy)
+    return evolve(s, slot_busy=replace_equal(ops, s.slot_busy, p["stream"], IDLE))
 
 
 def g_copy_fail(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:

@@ -8,6 +8,7 @@ index can be a symbolic term. Only `Layout` knows the flattening.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -20,7 +21,8 @@ from .config import (
     PageStatus,
     SeqStatus,
 )
-from .logic import Ops, Term
+from .logic import Array, Ops, Term
+from .sparse import SparseArray
 
 COPY_STREAM_OFFSET = 0  # the copy stream's id is num_sequences (compute streams are 0..S-1)
 IDLE = -1  # a slot with no outstanding GPU work
@@ -29,35 +31,35 @@ IDLE = -1  # a slot with no outstanding GPU work
 @dataclass(frozen=True)
 class State:
     # ---- per page (length P) ----
-    alive: tuple[Term, ...]
-    lc: tuple[Term, ...]
-    committed: tuple[Term, ...]
-    level: tuple[Term, ...]
-    slot: tuple[Term, ...]  # NO_SLOT when the page has no slot
-    locks: tuple[Term, ...]  # number of block entries that lock the page (LOCKED iff > 0)
-    holds: tuple[Term, ...]  # number of unlocked holders: block entries and pocket entries
-    queued: tuple[Term, ...]  # scheduled for eviction at its level
-    stamp: tuple[Term, ...]  # when it was last scheduled (LRU order within a priority)
-    owner: tuple[Term, ...]  # owning sequence of an uncommitted page, NONE for committed
-    ordinal: tuple[Term, ...]  # block ordinal
-    key: tuple[Term, ...]  # block key of a committed page (interned token prefix), NONE otherwise
-    dst_level: tuple[Term, ...]  # level a migration in flight goes to, NONE if not moving
-    dst_slot: tuple[Term, ...]  # slot reserved at dst_level for that migration
+    alive: Array
+    lc: Array
+    committed: Array
+    level: Array
+    slot: Array  # NO_SLOT when the page has no slot
+    locks: Array  # number of block entries that lock the page (LOCKED iff > 0)
+    holds: Array  # number of unlocked holders: block entries and pocket entries
+    queued: Array  # scheduled for eviction at its level
+    stamp: Array  # when it was last scheduled (LRU order within a priority)
+    owner: Array  # owning sequence of an uncommitted page, NONE for committed
+    ordinal: Array  # block ordinal
+    key: Array  # block key of a committed page (interned token prefix), NONE otherwise
+    dst_level: Array  # level a migration in flight goes to, NONE if not moving
+    dst_slot: Array  # slot reserved at dst_level for that migration
     # ---- per (level, pool group, slot), flattened ----
-    slot_owner: tuple[Term, ...]  # page id occupying the slot, NONE if free
-    slot_busy: tuple[Term, ...]  # stream with outstanding work on the slot, IDLE if none
+    slot_owner: Array  # page id occupying the slot, NONE if free
+    slot_busy: Array  # stream with outstanding work on the slot, IDLE if none
     # ---- per sequence ----
-    seq_status: tuple[Term, ...]
-    commit_state: tuple[Term, ...]
-    capacity: tuple[Term, ...]
-    history: tuple[Term, ...]
-    committed_tokens: tuple[Term, ...]
+    seq_status: Array
+    commit_state: Array
+    capacity: Array
+    history: Array
+    committed_tokens: Array
     # ---- per (sequence, life cycle, ordinal) ----
-    entry: tuple[Term, ...]  # page id held or locked by that block, NONE if none
-    entry_locked: tuple[Term, ...]  # the entry is a lock (else a holder)
-    index: tuple[Term, ...]  # the page-index table attention kernels read
+    entry: Array  # page id held or locked by that block, NONE if none
+    entry_locked: Array  # the entry is a lock (else a holder)
+    index: Array  # the page-index table attention kernels read
     # ---- per (sequence, life cycle, pocket position), FIFO order, packed at the front ----
-    pocket: tuple[Term, ...]
+    pocket: Array
     # ---- scalars ----
     clock: Term  # next LRU stamp
     fault_alloc: Term  # injected: the next slot allocation fails (consumed by the failure)
@@ -200,19 +202,34 @@ class Layout:
         )
         return ops.ite(ok, _affine(ops, 0, [(seq, self.lcs * cap), (lc, cap), (k, 1)]), -1)
 
-    def initial_state(self) -> State:
+    def initial_state(self, sparse_above: int | None = None) -> State:
+        """Init, as tuples (what Z3 and the bounded searches read), or with every array
+        longer than `sparse_above` a `SparseArray`, whose size follows the positions in use
+        rather than the declared geometry (the executable model's; equal values either
+        way). Small arrays stay tuples: reading a tuple is faster, copying it cheap."""
         p, s = self.pages, self.seqs
         e = s * self.lcs * self.blocks
+
+        def arr(n: int, default: Term, segments: tuple[int, ...] = (0,)) -> Array:
+            if sparse_above is not None and n > sparse_above:
+                return SparseArray(n, default, segments=segments)
+            return (default,) * n
+
+        # the slots of each (level, pool group) are a segment: free slots count in O(1)
+        pools = tuple(self.level_offset(lv) + g * self.slots_at(lv)
+                      for lv in range(self.cfg.num_levels)
+                      for g in range(self.cfg.num_pool_groups))
+
         return State(
-            alive=(False,) * p, lc=(0,) * p, committed=(False,) * p, level=(0,) * p,
-            slot=(NO_SLOT,) * p, locks=(0,) * p, holds=(0,) * p, queued=(False,) * p,
-            stamp=(0,) * p, owner=(NONE,) * p, ordinal=(0,) * p, key=(NONE,) * p,
-            dst_level=(NONE,) * p, dst_slot=(NO_SLOT,) * p,
-            slot_owner=(NONE,) * self.total_slots, slot_busy=(IDLE,) * self.total_slots,
-            seq_status=(int(SeqStatus.FREE),) * s, commit_state=(int(CommitState.ALLOWED),) * s,
-            capacity=(0,) * s, history=(0,) * s, committed_tokens=(0,) * s,
-            entry=(NONE,) * e, entry_locked=(False,) * e, index=(BAD_PAGE_INDEX,) * e,
-            pocket=(NONE,) * (s * self.lcs * self.pocket_cap),
+            alive=arr(p, False), lc=arr(p, 0), committed=arr(p, False), level=arr(p, 0),
+            slot=arr(p, NO_SLOT), locks=arr(p, 0), holds=arr(p, 0), queued=arr(p, False),
+            stamp=arr(p, 0), owner=arr(p, NONE), ordinal=arr(p, 0), key=arr(p, NONE),
+            dst_level=arr(p, NONE), dst_slot=arr(p, NO_SLOT),
+            slot_owner=arr(self.total_slots, NONE, pools), slot_busy=arr(self.total_slots, IDLE),
+            seq_status=arr(s, int(SeqStatus.FREE)), commit_state=arr(s, int(CommitState.ALLOWED)),
+            capacity=arr(s, 0), history=arr(s, 0), committed_tokens=arr(s, 0),
+            entry=arr(e, NONE), entry_locked=arr(e, False), index=arr(e, BAD_PAGE_INDEX),
+            pocket=arr(s * self.lcs * self.pocket_cap, NONE),
             clock=0, fault_alloc=False, fault_copy=False, bad_pop=False, unsynced_reuse=False,
             tokens=((),) * s, block_keys=(),
         )
@@ -248,6 +265,16 @@ def evictable(ops: Ops, cfg: KVConfig, s: State, p: Term) -> Term:
         ops.and_(ops.eq(st, int(PageStatus.DROPPABLE)), ops.lookup(s.committed, p, False)),
         ops.and_(ops.eq(st, int(PageStatus.HELD)), ops.lt(ops.lookup(s.level, p, 0), cfg.last_level)),
     )
+
+
+def page_ids(ops: Ops, lay: Layout, s: State, flags: Array | None = None) -> Iterable[int]:
+    """The page records a predicate that is False unless `flags[p]` (default `s.alive`)
+    need look at: every record for terms and tuples, in a sparse state only those whose
+    flag is set (ascending), so the cost follows the pages in use."""
+    arr = s.alive if flags is None else flags
+    if not ops.symbolic and isinstance(arr, SparseArray):
+        return sorted(p for p, flag in arr.items() if flag)
+    return range(lay.pages)
 
 
 def with_fields(s: State, **changes: Term) -> State:

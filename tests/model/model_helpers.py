@@ -5,18 +5,31 @@ from __future__ import annotations
 import contextlib
 import random
 from dataclasses import replace
+from collections.abc import Iterator
 from typing import Any
 
 from kvpocket.model import Model
+from kvpocket.model.machine import SPARSE_ABOVE
 from kvpocket.model.errors import UsageError
+from kvpocket.model.sparse import SparseArray
 from kvpocket.model.state import STATE_FIELDS, State
 from kvpocket.verify.presets import PRESETS
 
 CONCRETE_ONLY = {"tokens", "block_keys"}
 
 
-def reachable(preset: str, seed: int, steps: int) -> Model:
-    m = Model(PRESETS[preset].config)
+def reachable(preset: str, seed: int, steps: int, sparse: bool = False) -> Model:
+    """A model after `steps` random calls; `sparse`: every state array a `SparseArray`
+    (else the presets' small arrays are tuples)."""
+    m = Model(PRESETS[preset].config, sparse_above=0 if sparse else SPARSE_ABOVE)
+    for _ in random_calls(m, seed, steps):
+        pass
+    return m
+
+
+def random_calls(m: Model, seed: int, steps: int) -> Iterator[str]:
+    """Make `steps` random API calls on `m` (a usage error is part of the run), yielding
+    each call's name after it ran."""
     rng = random.Random(seed)
     cfg = m.cfg
     for _ in range(steps):
@@ -32,18 +45,19 @@ def reachable(preset: str, seed: int, steps: int) -> Model:
         ])
         with contextlib.suppress(UsageError):
             getattr(m, name)(*args)
-    return m
+        yield name
 
 
 def perturb(s: State, rng: random.Random) -> State:
     name = rng.choice([f for f in STATE_FIELDS if f not in CONCRETE_ONLY])
     value = getattr(s, name)
     changed: object
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, SparseArray)):
         i = rng.randrange(len(value))
         old = value[i]
         new = (not old) if isinstance(old, bool) else old + rng.choice([-2, -1, 1, 2])
-        changed = (*value[:i], new, *value[i + 1:])
+        changed = value.set(i, new) if isinstance(value, SparseArray) else \
+            (*value[:i], new, *value[i + 1:])
     else:
         changed = (not value) if isinstance(value, bool) else value + 1
     fields: dict[str, Any] = {name: changed}

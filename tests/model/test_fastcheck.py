@@ -19,9 +19,10 @@ from kvpocket.verify.presets import PRESETS
 
 @settings(max_examples=int(__import__("os").environ.get("KVPOCKET_FASTCHECK_EXAMPLES", "60")), deadline=None)
 @given(preset=st.sampled_from(sorted(PRESETS)), seed=st.integers(0, 10_000),
-       steps=st.integers(0, 40), mutations=st.integers(0, 3))
-def test_fast_companions_agree(preset: str, seed: int, steps: int, mutations: int) -> None:
-    m = reachable(preset, seed, steps)
+       steps=st.integers(0, 40), mutations=st.integers(0, 3), sparse=st.booleans())
+def test_fast_companions_agree(preset: str, seed: int, steps: int, mutations: int,
+                               sparse: bool) -> None:
+    m = reachable(preset, seed, steps, sparse)
     rng = random.Random(seed)
     s = m.state
     for _ in range(mutations):

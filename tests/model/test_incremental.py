@@ -5,12 +5,19 @@ states it reports exactly what the full check reports."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from model_helpers import perturb, reachable
+from model_helpers import perturb, random_calls, reachable
 
-from kvpocket.model.incremental import IncrementalChecker, _ReadRecorder, fields_read
+from kvpocket.model.incremental import (
+    IncrementalChecker,
+    _ReadRecorder,
+    fields_read,
+    fields_read_by_evaluation,
+    miniature,
+)
 from kvpocket.model.invariants import INVARIANTS, violated
 from kvpocket.model.logic import CONCRETE
 from kvpocket.model.state import Layout, State
@@ -58,3 +65,35 @@ def test_it_skips_when_nothing_read_changed() -> None:
     evaluated = checker.evaluated
     assert checker.violated(s) == [] and checker.evaluated == evaluated
     assert checker.skipped >= len(INVARIANTS)
+
+
+@settings(max_examples=25, deadline=None)
+@given(preset=st.sampled_from(sorted(PRESETS)), seed=st.integers(0, 10_000))
+def test_checks_of_what_changed_agree_with_the_full_check(preset: str, seed: int) -> None:
+    # One run of sparse states (every array a SparseArray, so each state knows what it
+    # wrote since the last), with corrupted states derived from them mixed in: the checks
+    # of what changed (fastcheck.LOCAL) report exactly what the full check reports.
+    rng = random.Random(seed)
+    m = reachable(preset, seed, 0, sparse=True)
+    checker = IncrementalChecker(m.layout)
+    for _ in random_calls(m, seed, 30):
+        s = m.state
+        if rng.random() < 0.3:
+            s = perturb(s, rng)
+        for scope in ("api", "step"):
+            assert checker.violated(s, scope) == violated(CONCRETE, m.layout, s, scope)
+    assert checker.local > 0  # the checks of what changed ran
+
+
+def test_fields_read_off_the_miniature_are_the_fields_read() -> None:
+    # fields_read evaluates the definitions on a miniature of the configuration (start-up
+    # must not grow with the declared geometry); on every preset, and on each with larger
+    # counts, the miniature's fields are the configuration's own.
+    for p in PRESETS.values():
+        bigger = replace(p.config, max_blocks=p.config.max_blocks + 5, num_sequences=3,
+                         slots_per_level=tuple(n + 3 for n in p.config.slots_per_level),
+                         max_pages=0)
+        for cfg in (p.config, bigger):
+            assert miniature(cfg) != cfg
+            assert fields_read_by_evaluation(Layout(miniature(cfg))) == \
+                fields_read_by_evaluation(Layout(cfg)), p.name

@@ -43,6 +43,9 @@ class Suite:
     mutants: bool = False
     gpu: bool = False
     backend: str | None = None  # forced backend (gpu: cupy)
+    # `trace check` at real geometry (`geometry.py`): (start-up slots per level, slots per
+    # level, events) or None
+    trace_geometry: tuple[int, int, int] | None = None
 
 
 def _matrix(batches: Sequence[int], presets: Sequence[tuple[int, int]],
@@ -62,19 +65,22 @@ def _default_steps(n: int, w: int, t: int) -> int:
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("smoke", "seconds: 8 sequences, 128/32 and 131/32, with and without pressure; "
-          "tiny sweeps; 2 fuzz examples on one worker",
+          "tiny sweeps; 2 fuzz examples on one worker; trace check at 2**20 and 100,000 slots "
+          "per level (300 events)",
           _matrix((8,), ((128, 32), (131, 32)), lambda n, w, t: 96, (False, True)),
           batch_sweep=(4, 16), window_sweep=(64, 128), window_sweep_batch=8, sweep_steps=48,
-          fuzz_examples=2, fuzz_all_cores=False),
+          fuzz_examples=2, fuzz_all_cores=False, trace_geometry=(1 << 20, 100_000, 300)),
     Suite("default", "batches 64/256/1024 x windows 128/32, 131/32, 4096/64, with and without "
           "pressure; batch and window sweeps; fuzz (1 worker and all cores), prove per "
-          "configuration, BMC to the unsafe counterexample, mutant time-to-kill",
+          "configuration, BMC to the unsafe counterexample, mutant time-to-kill, trace check "
+          "at real geometry (header-only start-up at 2**20 slots per level; a 100,000-event "
+          "log at 100,000 slots per level)",
           _matrix((64, 256, 1024), DECODE_PRESETS, _default_steps, (False, True)),
           batch_sweep=(16, 64, 256, 1024, 2048),
           window_sweep=(64, 128, 256, 512, 1024, 2048, 4096), window_sweep_batch=128,
           sweep_steps=96, fuzz_seconds=15.0,
           prove_configs=("gpu", "gpu-host", "gpu-host-disk", "gpu-host-2seq"),
-          bmc_unsafe=True, mutants=True),
+          bmc_unsafe=True, mutants=True, trace_geometry=(1 << 20, 100_000, 100_000)),
     Suite("gpu", "CuPy: decode A/B (batches 64/256/1024 x 128/32, 131/32, 4096/64; pressure "
           "at 256), migration copy bandwidth vs a plain CuPy copy, data-oracle throughput",
           _matrix((64, 256, 1024), DECODE_PRESETS, _default_steps, (False,))

@@ -77,6 +77,16 @@ def print_result(res: BenchResult) -> None:
             con.print(tb)
         else:
             con.print(f"verifier: mutant time-to-kill: {mu.get('note')}")
+    geo = res.verifier.get("trace_geometry")
+    if geo:
+        st, th = geo["startup"], geo["throughput"]
+        con.print(f"verifier: trace check, header-only start-up at {st['slots_per_level']:,} "
+                  f"slots per level: {st['seconds']:.3f} s (target 0.5 s), "
+                  f"{st['stored_positions']} positions stored")
+        con.print(f"verifier: trace check of {th['events']:,} events at "
+                  f"{th['slots_per_level']:,} slots per level: {th['events_per_second']:,.0f} "
+                  f"events/s (target 50,000), peak memory {th['peak_rss_mb']:,.0f} MB "
+                  f"(target 1,000 MB), {'valid' if th['ok'] else 'REJECTED: ' + th['kind']}")
     if res.gpu:
         mg, orc = res.gpu["migration"], res.gpu["oracle"]
         con.print(f"gpu: migration of {mg['pages']} x {mg['slot_bytes']} B: GPU->host "

@@ -54,6 +54,7 @@ from kvpocket.verify.bench.cases import (
 )
 from kvpocket.verify.bench.decode import run_decode_ab
 from kvpocket.verify.bench.device import migration_bandwidth, oracle_throughput
+from kvpocket.verify.bench.geometry import GeometryCase, bench_geometry
 from kvpocket.verify.bench.report import print_result
 from kvpocket.verify.bench.verifier import bench_bmc_unsafe, bench_fuzz, bench_mutants, bench_prove
 
@@ -152,6 +153,10 @@ def run_suite(suite: Suite, backend: str, out_dir: str, log: Callable[[str], Non
     if suite.mutants:
         log("verifier: mutant time-to-kill")
         res.verifier["mutants"] = bench_mutants(os.environ.get("KVPOCKET_MUTANTS_JSON"))
+    if suite.trace_geometry is not None:
+        startup, slots, events = suite.trace_geometry
+        log(f"verifier: trace check at real geometry ({slots} slots per level, {events} events)")
+        res.verifier["trace_geometry"] = bench_geometry(GeometryCase(startup, slots, events))
     if suite.gpu:
         log("gpu: migration bandwidth, oracle throughput")
         res.gpu = {"migration": migration_bandwidth(backend),

@@ -261,7 +261,9 @@ class SymbolicExecutor:
 
     def choose(self, kind: str, domain: range, legal: Callable[[int], Term],
                label: Callable[[int], object] | None = None,
-               same: Callable[[int], tuple[Term, ...]] | None = None) -> Term:
+               same: Callable[[int], tuple[Term, ...]] | None = None,
+               among: Callable[[], Iterable[int]] | None = None) -> Term:
+        # `among` is the concrete model's index of likely candidates: terms need the domain
         pc = self.pc()
         conds = [(x, legal(x)) for x in domain]
         conds = [(x, c) for x, c in conds if lit(c) is not False]

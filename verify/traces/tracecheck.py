@@ -18,6 +18,7 @@ from typing import Any
 from kvpocket.model.config import NONE, KVConfig, SeqStatus, num_blocks_for
 from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
 from kvpocket.model.executor import RecordedChooser, Step
+from kvpocket.model.logic import count_equal
 from kvpocket.model.machine import Model
 from kvpocket.model.state import State
 from kvpocket.verify.traces.trace import NO_RESULT, Event, EventStream, ParsedEventLog
@@ -208,7 +209,7 @@ class EventChecker:
             if not (0 <= level < self.cfg.num_levels and 0 <= pg < self.cfg.num_pool_groups):
                 diffs.append(f"free slots at level {level}, pool group {pg}: no such pool")
                 continue
-            want = sum(1 for i in lay.slot_range(level, pg) if s.slot_owner[i] == NONE)
+            want = count_equal(m.ops, s.slot_owner, lay.slot_range(level, pg), NONE)
             if want != n:
                 diffs.append(f"free slots at level {level}, pool group {pg}: log {n}, "
                              f"model {want}")

@@ -1,0 +1,221 @@
+"""A persistent array that stores only the positions that differ from its default value.
+
+The model's state is a set of arrays sized by the declared geometry (one entry per slot,
+per page record, per block entry). A real manager declares 10^4 to 10^6 slots and uses
+a few of them at a time, so the executable model stores its arrays as `SparseArray`s:
+memory and the cost of a store follow the positions in use, not the declared length.
+Only the concrete interpretation sees them (`ConcreteOps.store` writes through `set`);
+Z3 keeps plain tuples, and a `SparseArray` reads like a tuple (`len`, indexing,
+iteration, equality with a tuple of the same values).
+
+Persistence: `set` returns a new array and never changes the old one, which the model's
+rollback and the incremental invariant check rely on. Each array is a shared, never
+mutated `base` dict plus a small `overlay` dict of later writes; `set` copies the
+overlay, and folds it into a new base once it grows past a bound that scales with the
+square root of the base, up to 128 (a read is O(1), a store amortised O(sqrt(used))).
+An array remembers the one it was written from, back to the last fold, so
+`changed_since` can name the positions written since an earlier version.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
+from typing import Any, overload
+
+_MISSING: Any = object()
+_MIN_OVERLAY = 32
+_MAX_OVERLAY = 128  # bounds the versions kept since the last fold (`changed_since`)
+
+
+class SparseArray(Sequence[Any]):
+    """An immutable array of `length` values, `default` except at the stored positions."""
+
+    __slots__ = ("_base", "_counts", "_hash", "_key", "_merged", "_overlay", "_parent",
+                 "_prev_base", "default", "length", "segments")
+
+    def __init__(self, length: int, default: Any, values: dict[int, Any] | None = None,
+                 segments: tuple[int, ...] = (0,)) -> None:
+        """`segments`: the first positions of consecutive segments (ascending, from 0);
+        `count_used_in` answers for a whole segment in O(1)."""
+        self.length = length
+        self.default = default
+        self.segments = segments
+        # invariant: `_base` holds no default values; `_overlay` may (a write back to it)
+        self._base: dict[int, Any] = {i: v for i, v in (values or {}).items() if v != default}
+        self._overlay: dict[int, Any] = {}
+        self._hash: int | None = None
+        counts = [0] * len(segments)
+        for i in self._base:
+            counts[bisect_right(segments, i) - 1] += 1
+        self._counts = tuple(counts)
+        # the base before the last fold, and the positions that fold wrote (`changed_since`)
+        self._prev_base: dict[int, Any] | None = None
+        self._merged: frozenset[int] = frozenset()
+        # the array this one was written from (position `_key`), back to the last fold
+        self._parent: SparseArray | None = None
+        self._key = -1
+
+    def _make(self, base: dict[int, Any], overlay: dict[int, Any],
+              prev_base: dict[int, Any] | None, merged: frozenset[int],
+              parent: SparseArray | None, key: int, counts: tuple[int, ...]) -> SparseArray:
+        new = object.__new__(SparseArray)
+        new.length, new.default, new.segments, new._base, new._overlay, new._hash = (
+            self.length, self.default, self.segments, base, overlay, None)
+        new._prev_base, new._merged, new._parent, new._key = prev_base, merged, parent, key
+        new._counts = counts
+        return new
+
+    # ---- reading --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Any, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        # the model's hottest read: stored positions first, the checks only for the rest
+        try:
+            v = self._overlay.get(i, _MISSING)  # type: ignore[call-overload]
+        except TypeError:  # a slice
+            return self._read_other(i)
+        if v is _MISSING:
+            v = self._base.get(i, _MISSING)  # type: ignore[call-overload]
+            if v is _MISSING:
+                if type(i) is int and 0 <= i < self.length:
+                    return self.default
+                return self._read_other(i)
+        return v
+
+    def _read_other(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return tuple(self[k] for k in range(*i.indices(self.length)))
+        if -self.length <= i < 0:  # as a tuple reads it
+            return self[i + self.length]
+        raise IndexError(i)
+
+    def __iter__(self) -> Iterator[Any]:
+        get = self.__getitem__
+        return (get(i) for i in range(self.length))
+
+    def items(self) -> Iterator[tuple[int, Any]]:
+        """The positions whose value is not the default, with their values (any order)."""
+        overlay, default = self._overlay, self.default
+        for i, v in self._base.items():
+            if i not in overlay:
+                yield i, v
+        for i, v in overlay.items():
+            if v != default:
+                yield i, v
+
+    def used(self) -> set[int]:
+        """The positions whose value is not the default."""
+        return {i for i, _ in self.items()}
+
+    def count_used_in(self, positions: range) -> int:
+        """How many positions of `positions` (a step-1 range) hold a non-default value: O(1)
+        for a whole segment, else O(used)."""
+        lo, hi = positions.start, positions.stop
+        k = bisect_right(self.segments, lo) - 1
+        if self.segments[k] == lo and hi == (
+                self.segments[k + 1] if k + 1 < len(self.segments) else self.length):
+            return self._counts[k]
+        return sum(1 for i, _ in self.items() if lo <= i < hi)
+
+    # ---- writing ------------------------------------------------------------------------
+    def set(self, i: int, value: Any) -> SparseArray:
+        """A new array with position i set to value (this one is unchanged)."""
+        if i < 0:
+            i += self.length
+        if not 0 <= i < self.length:
+            raise IndexError(i)
+        old = self._overlay.get(i, _MISSING)
+        if old is _MISSING:
+            old = self._base.get(i, self.default)
+        if old is value or (old == value and type(old) is type(value)):
+            return self
+        overlay = self._overlay.copy()
+        overlay[i] = value
+        counts = self._counts
+        was_used, now_used = old != self.default, value != self.default
+        if was_used != now_used:
+            k = bisect_right(self.segments, i) - 1
+            counts = (*counts[:k], counts[k] + (1 if now_used else -1), *counts[k + 1:])
+        base, prev_base, merged = self._base, self._prev_base, self._merged
+        parent: SparseArray | None = self
+        if len(overlay) > min(_MAX_OVERLAY, _MIN_OVERLAY + int(len(base) ** 0.5)):
+            prev_base, merged, parent = base, frozenset(overlay), None
+            base = base.copy()
+            for k, v in overlay.items():
+                if v == self.default:
+                    base.pop(k, None)
+                else:
+                    base[k] = v
+            overlay = {}
+        return self._make(base, overlay, prev_base, merged, parent, i, counts)
+
+    def changed_since(self, older: SparseArray) -> set[int] | None:
+        """A superset of the positions where this array differs from `older`, when both
+        grew from one base (or `older` from the base this one's last fold started from);
+        None when that is not known cheaply."""
+        if older is self:
+            return set()
+        if older.length != self.length:
+            return None
+        written: set[int] = set()
+        node: SparseArray | None = self
+        while node is not None and node._parent is not None:  # exact, back to the last fold
+            written.add(node._key)
+            node = node._parent
+            if node is older:
+                return written
+        if older._base is self._base:
+            return set(chain(older._overlay, self._overlay))
+        if older._base is self._prev_base:
+            return set(chain(older._overlay, self._merged, self._overlay))
+        return None
+
+    # ---- comparing ------------------------------------------------------------------------
+    def _canonical(self) -> frozenset[tuple[int, Any]]:
+        return frozenset(self.items())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SparseArray):
+            if self.length != other.length:
+                return False
+            if self.default == other.default:
+                return self._canonical() == other._canonical()
+            return tuple(self) == tuple(other)
+        if isinstance(other, tuple):
+            return len(other) == self.length and tuple(self) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            # equal arrays hash alike whatever their history. (An equal tuple hashes
+            # differently: the model keeps one representation per run, never both.)
+            self._hash = hash((self.length, self._canonical()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{i}: {v!r}" for i, v in sorted(self.items()))
+        return f"SparseArray({self.length}, default={self.default!r}, {{{shown}}})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SparseArray, (self.length, self.default, dict(self.items()), self.segments))
+
+
+def used_items(arr: Sequence[Any], default: Any) -> Iterable[tuple[int, Any]]:
+    """(position, value) for every position of `arr` whose value is not `default`: only the
+    stored ones of a `SparseArray` with that default, every position of a tuple."""
+    if isinstance(arr, SparseArray) and arr.default == default:
+        return arr.items()
+    return ((i, v) for i, v in enumerate(arr) if v != default)
+
+
+def sparse(values: Sequence[Any], default: Any) -> SparseArray:
+    """A `SparseArray` with the values of `values`."""
+    return SparseArray(len(values), default, dict(used_items(values, default)))

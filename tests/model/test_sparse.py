@@ -1,0 +1,120 @@
+"""The sparse state: a `SparseArray` reads like the tuple it stands for, whatever was
+written in whatever order; a model on sparse arrays runs exactly like one on tuples; and
+its size follows the positions in use, not the declared geometry (sizes, never seconds)."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from model_helpers import random_calls
+
+from kvpocket.model import Model
+from kvpocket.model.logic import CONCRETE, any_equal, count_equal, replace_equal
+from kvpocket.model.sparse import SparseArray, used_items
+from kvpocket.model.state import STATE_FIELDS
+from kvpocket.verify.presets import PRESETS, preset
+from kvpocket.verify.traces.trace import EVENTS_KIND, parse_events, with_end_marker
+from kvpocket.verify.traces.tracecheck import EventChecker, check_events
+
+writes = st.lists(st.tuples(st.integers(0, 299), st.integers(-1, 3)), max_size=400)
+
+
+@settings(max_examples=60, deadline=None)
+@given(writes=writes, seg=st.integers(1, 299))
+def test_reads_like_the_tuple_it_stands_for(writes: list[tuple[int, int]], seg: int) -> None:
+    arr = SparseArray(300, -1, segments=(0, seg))
+    ref = [-1] * 300
+    versions = [(arr, tuple(ref))]
+    for i, v in writes:
+        arr, ref[i] = arr.set(i, v), v
+        versions.append((arr, tuple(ref)))
+    for a, t in versions:  # every version is intact (persistence)
+        assert a == t and tuple(a) == t and len(a) == len(t)
+        assert a[-1] == t[-1] and a[3:9] == t[3:9]
+        assert dict(used_items(a, -1)) == {i: v for i, v in enumerate(t) if v != -1}
+        assert a.count_used_in(range(0, seg)) == sum(1 for v in t[:seg] if v != -1)
+        assert a.count_used_in(range(seg, 300)) == sum(1 for v in t[seg:] if v != -1)
+        assert count_equal(CONCRETE, a, range(0, seg), -1) == t[:seg].count(-1)
+        assert count_equal(CONCRETE, a, range(5, 50), 2) == t[5:50].count(2)
+        assert any_equal(CONCRETE, a, 3) == (3 in t)
+        assert tuple(replace_equal(CONCRETE, a, 2, -1)) == tuple(-1 if v == 2 else v for v in t)
+    rebuilt = SparseArray(300, -1, {i: v for i, v in enumerate(ref)})
+    assert rebuilt == arr and hash(rebuilt) == hash(arr)  # equal whatever the history
+
+
+@settings(max_examples=60, deadline=None)
+@given(before=writes, after=writes)
+def test_changed_since_names_every_position_that_differs(
+        before: list[tuple[int, int]], after: list[tuple[int, int]]) -> None:
+    old = SparseArray(300, -1)
+    for i, v in before:
+        old = old.set(i, v)
+    new = old
+    for i, v in after:
+        new = new.set(i, v)
+    differ = {i for i in range(300) if old[i] != new[i]}
+    changed = new.changed_since(old)
+    if changed is not None:  # None: not known cheaply (the checker then checks in full)
+        assert differ <= changed
+    if len(after) <= 32:  # no fold since `old`: known, and only positions written
+        assert changed is not None and changed <= {i for i, _ in after}
+
+
+@settings(max_examples=15, deadline=None)
+@given(name=st.sampled_from(sorted(PRESETS)), seed=st.integers(0, 10_000))
+def test_a_sparse_model_runs_exactly_like_a_tuple_model(name: str, seed: int) -> None:
+    cfg = PRESETS[name].config
+    sparse, dense = Model(cfg, sparse_above=0), Model(cfg, sparse_above=1 << 62)
+    assert isinstance(sparse.state.slot_owner, SparseArray)
+    assert isinstance(dense.state.slot_owner, tuple)
+    for _, _ in zip(random_calls(sparse, seed, 40), random_calls(dense, seed, 40),
+                    strict=True):
+        for f in STATE_FIELDS:
+            a, b = getattr(sparse.state, f), getattr(dense.state, f)
+            assert (tuple(a) if isinstance(a, SparseArray) else a) == b, f
+        assert sparse.last_choices == dense.last_choices
+        assert sparse.violations() == dense.violations() == []
+
+
+def _header_only(slots_per_level: int) -> list[str]:
+    cfg = replace(preset("two-level"), slots_per_level=(slots_per_level,) * 2, max_pages=0)
+    header = json.dumps({"kvpocket_trace": 1, "kind": EVENTS_KIND, "config": cfg.to_json(),
+                         "source": "test", "policy": "revalidate"})
+    return with_end_marker([header])
+
+
+def test_start_up_stores_nothing_per_declared_slot() -> None:
+    # The validated maximum, 2**24 slots per level (2**25 page records): the checker's
+    # state has every declared length and stores no position at all.
+    lines = _header_only(1 << 24)
+    assert check_events(parse_events(lines)).ok
+    checker = EventChecker(parse_events(lines).config)
+    state = checker.model.state
+    arrays = [v for v in vars(state).values() if isinstance(v, SparseArray)]
+    assert {len(a) for a in arrays} >= {1 << 25}
+    assert sum(len(a.used()) for a in arrays) == 0
+
+
+def test_a_run_at_real_geometry_stores_what_it_uses() -> None:
+    # 100,000 slots per level: two sequences decoding 16 blocks each, suspended, then
+    # pressure that asks for every GPU slot (the cascade visits every page). What is
+    # stored is bounded by the pages used (16 fields each, at most), not by the slots.
+    cfg = replace(preset("two-level"), slots_per_level=(100_000, 100_000), max_pages=0)
+    m = Model(cfg)
+    for seq in (0, 1):
+        m.create(seq)
+        assert m.resume(seq)
+        for h in range(cfg.max_capacity):
+            assert m.resize(seq, h + 1, h)
+        m.suspend(seq)
+    m.pressure(0, 0, 100_000)
+    assert m.violations() == []
+    pages = len(m.state.alive.used())  # type: ignore[attr-defined]
+    stored = sum(len(a.used()) for a in vars(m.state).values() if isinstance(a, SparseArray))
+    assert 0 < pages <= 2 * 16 * cfg.num_life_cycles
+    assert stored <= 16 * pages
+    assert m.state.slot_owner[random.Random(0).randrange(50_000, 100_000)] == -1
