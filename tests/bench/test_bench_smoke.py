@@ -39,6 +39,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow
 def test_json_has_required_keys(smoke: dict[str, Any]) -> None:
     rows = smoke["decode"]
     assert isinstance(rows, list) and rows

@@ -160,6 +160,7 @@ def test_a_trace_of_a_spec_mutant_replays_only_with_its_overrides() -> None:
         assert replay(trace).ok
 
 
+@pytest.mark.slow
 def test_a_run_with_a_bug_says_so_and_its_reproducer_reproduces_in_a_clean_shell(
         tmp_path: Path) -> None:
     """`kvpocket fuzz --mutant NAME`: the first line names the bug; the trace and the pytest
