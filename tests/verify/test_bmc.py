@@ -116,6 +116,7 @@ def test_unsafe_counterexample_from_the_park_prefix(tmp_path: Path, engine: str)
 
 
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])
+@pytest.mark.slow
 def test_safe_policies_are_clean_from_init(policy: str) -> None:
     r = bmc(_lay(policy), "api", 4)
     assert r.status == "proved" and r.depth == 4, r
