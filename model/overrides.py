@@ -27,7 +27,7 @@ KINDS = ("always", "add")
 Override = tuple[str, int | bool]
 
 
-def _check(label: str, ov: object) -> Override:
+def check_override(label: str, ov: object) -> Override:
     if (not isinstance(ov, (tuple, list)) or len(ov) != 2 or ov[0] not in KINDS
             or not isinstance(ov[1], (int, bool))):
         raise ValueError(f"override of {label!r}: expected (kind, value) with kind one of "
@@ -41,7 +41,7 @@ def _parse(text: str | None) -> dict[str, Override]:
     raw = json.loads(text)
     if not isinstance(raw, dict):
         raise ValueError(f"{ENV}: expected a JSON object of label -> [kind, value]")
-    return {str(k): _check(str(k), v) for k, v in raw.items()}
+    return {str(k): check_override(str(k), v) for k, v in raw.items()}
 
 
 _ACTIVE: dict[str, Override] = _parse(os.environ.get(ENV))
@@ -66,7 +66,7 @@ def active() -> dict[str, Override]:
 @contextmanager
 def overriding(overrides: Mapping[str, Override]) -> Iterator[None]:
     """Override the labelled conditions for the block (and processes it spawns)."""
-    checked = {label: _check(label, ov) for label, ov in overrides.items()}
+    checked = {label: check_override(label, ov) for label, ov in overrides.items()}
     saved, saved_env = dict(_ACTIVE), os.environ.get(ENV)
     _ACTIVE.update(checked)
     os.environ[ENV] = json.dumps(_ACTIVE, sort_keys=True)

@@ -39,6 +39,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow  # the smoke suite's run (module fixture) is the cost
 def test_json_has_required_keys(smoke: dict[str, Any]) -> None:
     rows = smoke["decode"]
     assert isinstance(rows, list) and rows
@@ -57,6 +58,7 @@ def test_json_has_required_keys(smoke: dict[str, Any]) -> None:
     assert "fuzz" in smoke["verifier"]
 
 
+@pytest.mark.slow  # the smoke suite's run (module fixture) is the cost
 def test_pocket_steady_state_counts(smoke: dict[str, Any]) -> None:
     rows = smoke["decode"]
     assert isinstance(rows, list)
@@ -74,6 +76,7 @@ def test_pocket_steady_state_counts(smoke: dict[str, Any]) -> None:
             assert r["events_per_crossing"] >= 1
 
 
+@pytest.mark.slow  # the smoke suite's run (module fixture) is the cost
 def test_pressure_refusals_counted(smoke: dict[str, Any]) -> None:
     rows = smoke["decode"]
     assert isinstance(rows, list)
@@ -82,6 +85,7 @@ def test_pressure_refusals_counted(smoke: dict[str, Any]) -> None:
     assert any(r["pocket_refusals_per_step"] > 0 for r in hit)
 
 
+@pytest.mark.slow  # the smoke suite's run (module fixture) is the cost
 def test_plots_written(smoke: dict[str, Any]) -> None:
     plots = smoke["plots"]
     assert isinstance(plots, list) and len(plots) == 3
@@ -214,6 +218,7 @@ def test_gpu_suite_script_refuses_without_a_gpu(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("gpu-tests-*"))  # nothing ran
 
 
+@pytest.mark.slow
 def test_bmc_bench_reports_the_unsafe_counterexample_per_engine(
         capsys: pytest.CaptureFixture[str]) -> None:
     from kvpocket.verify.bench.cases import BenchResult

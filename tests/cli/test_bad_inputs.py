@@ -129,6 +129,9 @@ def make_files(d: Path) -> None:
                                                 CREATE.replace('"seq": 3', '"seq": 0')]),
         "trace-bug-type.jsonl": _terminated([_trace_header(seeded_bugs="pop-no-revalidate"),
                                              CREATE.replace('"seq": 3', '"seq": 0')]),
+        "trace-overrides-bad.jsonl": _terminated([_trace_header(
+            model_overrides={"page is uncommitted": ["sometimes", 1]}),
+            CREATE.replace('"seq": 3', '"seq": 0')]),
     }
     for name, content in files.items():
         if isinstance(content, bytes):
@@ -215,6 +218,7 @@ CASES = [
     case("replay {d}/trace-choice.jsonl", ":2:", "\"choices\""),
     case("replay {d}/trace-bug-unknown.jsonl", "'seeded_bugs'", "'no-such-bug'", "expected one of"),
     case("replay {d}/trace-bug-type.jsonl", "'seeded_bugs'", "list of seeded-bug names"),
+    case("replay {d}/trace-overrides-bad.jsonl", "'model_overrides'", "always, add"),
     case("replay {d}/trace-deep.jsonl", ":2:", "nested too deeply"),
     case("replay {d}/trace-valid.jsonl --backend tpu", "--backend"),
     case("replay {d}/config-empty.ndjson", ":1:", "\"config\""),

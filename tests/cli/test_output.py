@@ -16,6 +16,7 @@ PROVE = ["prove", "--config", "gpu", "--policy", "revalidate", "--depth", "0",
          "--page-depth", "0", "--workers", "1"]
 
 
+@pytest.mark.slow
 def test_prove_prints_the_summary_first_and_rows_only_with_verbose(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     js = tmp_path / "prove.json"
@@ -36,6 +37,7 @@ def test_prove_prints_the_summary_first_and_rows_only_with_verbose(
     assert all(r["obligation"].split()[0] in verbose for r in rows)
 
 
+@pytest.mark.slow
 def test_prove_prints_a_violation_and_its_counterexample(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["prove", "--config", "gpu-host", "--policy", "unsafe", "--workers", "1",
@@ -70,6 +72,7 @@ def test_usage_errors_go_to_stderr_with_the_command(
     assert err.startswith(f"kvpocket {argv[0]}: error: ")
 
 
+@pytest.mark.slow
 def test_prove_with_both_engines_reports_their_agreement(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

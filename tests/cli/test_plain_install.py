@@ -72,6 +72,7 @@ def _run(plain: dict[str, str], *args: str, code: str | None = None, timeout: fl
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_the_shim_hides_the_optional_packages_and_uses_the_install(plain: dict[str, str]
                                                                   ) -> None:
     probe = ("import importlib, kvpocket.verify.cli as c\n"

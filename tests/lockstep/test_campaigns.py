@@ -19,6 +19,7 @@ from kvpocket.verify.traces.trace import read_trace
 
 @pytest.mark.parametrize("preset", ["tiny", "two-level"])
 @pytest.mark.parametrize("policy", [PocketPolicy.REVALIDATE, PocketPolicy.PIN])
+@pytest.mark.slow
 def test_safe_policies_pass_and_cover(preset: str, policy: PocketPolicy, tmp_path: Path) -> None:
     cfg = PRESETS[preset].config.with_pocket(True, policy)
     report = run_worker(CampaignSpec(preset, cfg, profile="ci", examples=60,

@@ -19,6 +19,7 @@ from kvpocket.verify.presets import PRESETS
 UNSAFE = PRESETS["tiny"].config.with_pocket(True, PocketPolicy.UNSAFE)
 
 
+@pytest.mark.slow
 def test_two_workers_share_a_directory_database(tmp_path: Path) -> None:
     db = tmp_path / "db"
     spec = CampaignSpec("tiny", UNSAFE, profile="dev", examples=60, seed=1, database=str(db),
@@ -34,6 +35,7 @@ def test_two_workers_share_a_directory_database(tmp_path: Path) -> None:
     assert again.failures and again.examples <= 3
 
 
+@pytest.mark.slow
 def test_a_seeded_campaign_with_a_database_is_reproducible(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same seed, fresh databases: the same examples, the same failure, and it is saved,
@@ -85,6 +87,7 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_campaign_pools_failures_in_redis(redis_url: str, tmp_path: Path) -> None:
     import redis
 

@@ -65,6 +65,7 @@ def test_unmodified_code_is_clean_and_every_reachable_rare_state_is_reached(
     assert not list(tmp_path.glob("failure-*"))
 
 
+@pytest.mark.slow
 def test_same_seed_same_campaign(tmp_path: Path) -> None:
     cells = DEFAULT_MATRIX[:2]
     a = run_matrix(seed=3, examples_per_cell=4, out_dir=str(tmp_path / "a"), cells=cells)
@@ -85,6 +86,7 @@ def test_unsafe_matrix_finds_the_bug_with_a_reproducer(tmp_path: Path) -> None:
     assert Path(f.test).exists()
 
 
+@pytest.mark.slow
 def test_failures_are_never_overwritten(tmp_path: Path) -> None:
     cfg = PRESETS["tiny"].config.with_pocket(True, PocketPolicy.UNSAFE)
     spec = CampaignSpec("tiny", cfg, profile="ci", examples=60, out_dir=str(tmp_path))

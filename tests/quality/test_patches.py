@@ -19,6 +19,7 @@ from types import FunctionType
 import pytest
 
 from kvpocket.impl.kvcache import KVCache
+from kvpocket.model.overrides import overriding
 from kvpocket.verify import patching
 from kvpocket.verify.conformance.fuzz import init_worker
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
@@ -149,6 +150,17 @@ def test_a_trace_with_seeded_bugs_replays_only_with_them_on() -> None:
         replay(bad)
 
 
+def test_a_trace_of_a_spec_mutant_replays_only_with_its_overrides() -> None:
+    spec_mutant = {"page is uncommitted": ("always", True)}  # as model-park-committed
+    trace = Trace(PRESETS["tiny"].config, [TraceStep("create", {"seq": 0, "prompt": []})],
+                  extra={"model_overrides": {k: list(v) for k, v in spec_mutant.items()}})
+    with pytest.raises(TraceError, match="page is uncommitted"):
+        replay(trace)
+    with overriding(spec_mutant):
+        assert replay(trace).ok
+
+
+@pytest.mark.slow
 def test_a_run_with_a_bug_says_so_and_its_reproducer_reproduces_in_a_clean_shell(
         tmp_path: Path) -> None:
     """`kvpocket fuzz --mutant NAME`: the first line names the bug; the trace and the pytest

@@ -85,6 +85,7 @@ def _assert_replays(tmp_path: Path, r: BmcResult) -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.slow
 def test_unsafe_counterexample_from_init_at_its_minimal_depth(tmp_path: Path,
                                                              engine: str) -> None:
     # Every depth below 7 is refuted first, so the trace found is a shortest one.
@@ -103,6 +104,7 @@ def test_unsafe_counterexample_from_init_at_its_minimal_depth(tmp_path: Path,
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.slow
 def test_unsafe_counterexample_from_the_park_prefix(tmp_path: Path, engine: str) -> None:
     r = ENGINES[engine](_lay("unsafe"), "api", PARK_DEPTH, prefix=PREFIX)
     assert r.status == "violated", r
@@ -114,6 +116,7 @@ def test_unsafe_counterexample_from_the_park_prefix(tmp_path: Path, engine: str)
 
 
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])
+@pytest.mark.slow
 def test_safe_policies_are_clean_from_init(policy: str) -> None:
     r = bmc(_lay(policy), "api", 4)
     assert r.status == "proved" and r.depth == 4, r
@@ -124,6 +127,7 @@ def test_safe_policies_are_clean_from_init(policy: str) -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])
+@pytest.mark.slow
 def test_safe_policies_are_clean_after_the_park(policy: str, engine: str) -> None:
     # After the park and a GPU pressure step (it migrates the parked page where the
     # policy lets it), no next API step breaks an invariant.
@@ -134,6 +138,7 @@ def test_safe_policies_are_clean_after_the_park(policy: str, engine: str) -> Non
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])
+@pytest.mark.slow
 def test_page_level_bmc_is_clean(policy: str, engine: str) -> None:
     r = ENGINES[engine](Layout(PROVE_CONFIGS["gpu"].config.with_pocket(True, policy)),
                         "page", 3)
@@ -149,6 +154,7 @@ _FOUND_AT_PAGE_DEPTH_4 = {"model-drop-held"}
 
 
 @pytest.mark.parametrize("name", [m.name for m in _PAGE_MUTANTS])
+@pytest.mark.slow
 def test_engines_agree_on_the_spec_mutants_at_the_page_layer(name: str) -> None:
     # A wrong spec (a label override) is a different transition system: both engines must
     # give the same verdict, at the same depth, asking the same properties.
@@ -169,6 +175,7 @@ def _broken_suspend(ex: Executor, seq: int) -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.slow
 def test_a_page_guard_failing_inside_an_api_action_is_a_counterexample(
         monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
     monkeypatch.setitem(api.API, "suspend", replace(api.API["suspend"], program=_broken_suspend))

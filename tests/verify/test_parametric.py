@@ -42,6 +42,7 @@ POCKET_ACTIONS = ("park", "pop", "drain", "evict_begin", "drop_parked", "allocat
 
 
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])
+@pytest.mark.slow
 def test_safe_policies_prove_the_pocket_actions(policy: str) -> None:
     outcomes = prove_parametric(_cfg(policy), POCKET_ACTIONS)
     assert [o.obligation for o in outcomes] == ["init", *(f"consecution:{a}" for a in POCKET_ACTIONS)]

@@ -21,6 +21,7 @@ from kvpocket.verify.traces.trace import (
 
 
 @pytest.mark.parametrize("policy", ["revalidate", "pin"])
+@pytest.mark.slow
 def test_step_invariants_are_inductive(policy: str) -> None:
     lay = Layout(PROVE_CONFIGS["gpu-host"].config.with_pocket(True, policy))
     outcomes = prove_config(lay, f"gpu-host/{policy}")
@@ -86,6 +87,7 @@ def test_prove_rejects_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "--policy" in err and "revalidate" in err
 
 
+@pytest.mark.slow
 def test_prove_unsafe_reports_a_violation(tmp_path: Path) -> None:
     js = tmp_path / "r.json"
     assert run_prove("gpu", "unsafe", 0, str(js), str(tmp_path)) == 1

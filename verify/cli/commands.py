@@ -371,7 +371,8 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace on the implementation and the model; print the first divergence."""
-    from kvpocket.verify.conformance.replay import replay
+    from kvpocket.model.overrides import overriding
+    from kvpocket.verify.conformance.replay import recorded_overrides, replay
     from kvpocket.verify.traces.trace import TraceError, read_trace
 
     if args.backend not in (None, "numpy", "cupy"):
@@ -389,10 +390,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
                       "; --backend numpy replays the trace on the CPU")
     try:
         bugs = patching.trace_bugs(trace.extra)
+        spec_mutant = recorded_overrides(trace.extra)
     except ValueError as exc:
         raise CliError(f"{args.trace}: {exc}") from None
+    if spec_mutant:
+        print(f"spec overridden, as recorded in the trace: {', '.join(spec_mutant)} (a spec "
+              "mutant; kvpocket.model.overrides)", flush=True)
     with seeded_bugs(f"{args.trace}: header field {patching.TRACE_KEY!r}", bugs,
-                     "switched on, as recorded in the trace") if bugs else nullcontext():
+                     "switched on, as recorded in the trace") if bugs else nullcontext(), \
+            overriding(spec_mutant):
         result = replay(trace, backend=backend)
     if result.ok:
         print(f"replayed {result.steps_run} steps: implementation and model agree, "

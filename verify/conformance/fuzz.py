@@ -21,11 +21,12 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.errors import FailedHealthCheck, InvalidArgument
 from hypothesis.stateful import get_state_machine_test
 
+from kvpocket.model import overrides
 from kvpocket.model.config import KVConfig, PocketPolicy
 from kvpocket.verify import patching
 from kvpocket.verify.conformance.lockstep import RARE_STATES
 from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
-from kvpocket.verify.conformance.replay import replay
+from kvpocket.verify.conformance.replay import OVERRIDES_KEY, replay
 from kvpocket.verify.conformance.shrink import minimize
 from kvpocket.verify.conformance.stateful import STATS, machine_for
 from kvpocket.verify.traces.trace import Trace, TraceStep, write_atomic
@@ -153,11 +154,13 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
                       message: str, tag: str) -> Failure:
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    bugs = patching.active_names()  # seeded bugs switched on: the reproducer needs them
+    # Seeded bugs and spec overrides switched on: the reproducer needs them too.
+    bugs, spec_mutant = patching.active_names(), overrides.active()
     shrunk = Trace(spec.cfg, [TraceStep(a, p) for a, p in trace], source="fuzz",
                    backend=spec.backend, eager=False,
                    extra={"seed": spec.seed, "config_name": spec.config_name,
-                          **({patching.TRACE_KEY: bugs} if bugs else {})})
+                          **({patching.TRACE_KEY: bugs} if bugs else {}),
+                          **({OVERRIDES_KEY: spec_mutant} if spec_mutant else {})})
     t = minimize(shrunk)
     if len(t.steps) < len(shrunk.steps):
         result = replay(t)
@@ -167,19 +170,26 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
     test_path = unused_path(out / f"test_failure_{trace_path.stem[8:].replace('-', '_')}.py")
     first = message.splitlines()[0] if message else "failure"
     body = "\n".join(t.lines())
-    on = ", ".join(bugs)
+    notes: list[str] = []
+    contexts: list[str] = []  # what the pytest reproducer switches on around the replay
+    if bugs:
+        notes.append(f"seeded bug switched on: {', '.join(bugs)}")
+        contexts.append(f"switched_on({', '.join(repr(b) for b in bugs)})")
+    if spec_mutant:
+        notes.append(f"spec overridden: {', '.join(spec_mutant)}")
+        contexts.append(f"overriding({spec_mutant!r})")
+    on = "; ".join(notes)
+    run = "result = replay(parse_trace(TRACE.splitlines()))\n"
     write_text_atomic(test_path,
         f'"""Reproducer written by `kvpocket fuzz` (config {spec.config_name}, seed '
-        f'{spec.seed}'
-        + (f'; seeded bug switched on: {on}' if bugs else '') + f').\n\n{first}\n"""\n\n'
-        "from kvpocket.verify.conformance.replay import replay\n"
+        f'{spec.seed}' + (f'; {on}' if on else '') + f').\n\n{first}\n"""\n\n'
+        + ("from kvpocket.model.overrides import overriding\n" if spec_mutant else "")
+        + "from kvpocket.verify.conformance.replay import replay\n"
         + ("from kvpocket.verify.quality.patches import switched_on\n" if bugs else "")
         + "from kvpocket.verify.traces.trace import parse_trace\n\n"
         f"TRACE = r'''\n{body}\n'''\n\n\n"
         "def test_reproduces() -> None:\n"
-        + (f"    with switched_on({', '.join(repr(b) for b in bugs)}):\n"
-           "        result = replay(parse_trace(TRACE.splitlines()))\n" if bugs else
-           "    result = replay(parse_trace(TRACE.splitlines()))\n")
+        + (f"    with {', '.join(contexts)}:\n        {run}" if contexts else f"    {run}")
         + "    assert result.ok, result.report\n"
     )
     return Failure(message, str(trace_path), str(test_path), len(t.steps))

@@ -13,6 +13,7 @@ from typing import Any
 
 from kvpocket.model.errors import ModelError
 from kvpocket.model.machine import Model
+from kvpocket.model.overrides import Override, active, check_override
 from kvpocket.verify import patching
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.traces.trace import Trace, TraceError
@@ -58,6 +59,11 @@ def replay(trace: Trace, backend: str | None = None) -> ReplayResult:
         raise TraceError(f"the trace was recorded with seeded bug(s) {', '.join(missing)} "
                          "switched on; replay it with `kvpocket replay`, or inside "
                          "kvpocket.verify.quality.patches.switched_on(...)")
+    spec_mutant = recorded_overrides(trace.extra)
+    if spec_mutant and any(active().get(k) != v for k, v in spec_mutant.items()):
+        raise TraceError("the trace was recorded with the spec's conditions overridden "
+                         f"({', '.join(spec_mutant)}); replay it with `kvpocket replay`, or "
+                         "inside kvpocket.model.overrides.overriding(...)")
     if any(s.layer == "page" for s in trace.steps):
         return _replay_page_layer(trace)
     ls = Lockstep(trace.config, backend=backend or trace.backend, eager=trace.eager)
@@ -74,6 +80,22 @@ def replay(trace: Trace, backend: str | None = None) -> ReplayResult:
     except Divergence as exc:
         return ReplayResult(False, len(trace.steps), len(trace.steps), exc.kind, str(exc))
     return ReplayResult(True, len(trace.steps))
+
+
+OVERRIDES_KEY = "model_overrides"  # the trace header field of a spec mutant's overrides
+
+
+def recorded_overrides(extra: dict[str, Any]) -> dict[str, Override]:
+    """The spec's labelled conditions a trace was recorded with overridden (a spec mutant,
+    `kvpocket.model.overrides`); ValueError naming the field if malformed."""
+    raw = extra.get(OVERRIDES_KEY, {})
+    if not isinstance(raw, dict):
+        raise ValueError(f"header field {OVERRIDES_KEY!r}: expected an object of "
+                         f"label -> [kind, value], got {raw!r}")
+    try:
+        return {str(k): check_override(str(k), v) for k, v in raw.items()}
+    except ValueError as exc:
+        raise ValueError(f"header field {OVERRIDES_KEY!r}: {exc}") from None
 
 
 def _replay_page_layer(trace: Trace) -> ReplayResult:
