@@ -40,11 +40,10 @@ def _used(n: int, *arrays: Array) -> Iterable[int]:
     """The positions (of arrays of length n) where any of `arrays` is not at its initial
     value: only those can break a check that holds at Init position by position. Every
     position when one of them is a tuple."""
-    if all(isinstance(a, SparseArray) for a in arrays):
-        if len(arrays) == 1:
-            return arrays[0].used()  # type: ignore[union-attr]
-        return set().union(*(a.used() for a in arrays))  # type: ignore[union-attr]
-    return range(n)
+    sparse = [a for a in arrays if isinstance(a, SparseArray)]
+    if len(sparse) < len(arrays):
+        return range(n)
+    return sparse[0].used() if len(sparse) == 1 else set().union(*(a.used() for a in sparse))
 
 
 def _entry_coords(lay: Layout, e: int) -> tuple[int, int, int]:
@@ -347,16 +346,16 @@ class Delta:
     def _field(self, name: str) -> set[int] | None:
         if name not in self.changed:
             return set()
-        known = self._at.get(name, _UNKNOWN)
-        if known is not _UNKNOWN:
-            return known  # type: ignore[no-any-return]
+        if name in self._at:
+            return self._at[name]
         new, old = getattr(self.new, name), getattr(self.old, name)
         pos: set[int] | None = None
         if isinstance(new, SparseArray) and isinstance(old, SparseArray):
             pos = new.changed_since(old)
         elif isinstance(new, tuple) and isinstance(old, tuple) and len(new) == len(old) \
                 and len(new) <= _COMPARED:
-            pos = {i for i, (a, b) in enumerate(zip(new, old)) if a is not b and a != b}
+            pos = {i for i, (a, b) in enumerate(zip(new, old, strict=True))
+                   if a is not b and a != b}
         self._at[name] = pos
         return pos
 
@@ -371,7 +370,6 @@ class Delta:
         return out
 
 
-_UNKNOWN = object()
 _COMPARED = 1024  # tuples up to this length are compared position by position
 Local = Callable[[Layout, State, Delta], "bool | None"]
 
@@ -547,18 +545,51 @@ def _window_local(lay: Layout, s: State, d: Delta) -> bool | None:
         return None
     entries |= _entries_of_pages(s, pages)
     if seqs:
-        t, per_seq = lay.cfg.tokens_per_block, lay.lcs * lay.blocks
-        for arr, default in ((s.entry, NONE), (s.entry_locked, False),
-                             (s.index, BAD_PAGE_INDEX)):
-            entries.update(e for e, _ in used_items(arr, default) if e // per_seq in seqs)
-        for seq in seqs:
-            if not 0 <= seq < lay.seqs:
-                return None
-            within = min(lay.blocks, -(-s.capacity[seq] // t))
-            for lc_i in range(lay.lcs):
-                base = (seq * lay.lcs + lc_i) * lay.blocks
-                entries.update(range(base, base + within))
+        if not all(0 <= seq < lay.seqs for seq in seqs):
+            return None
+        per_seq = lay.lcs * lay.blocks
+        for seq in seqs:  # every block of a changed sequence
+            if not _window_seq_ok(lay, s, seq):
+                return False
+        entries = {e for e in entries if e // per_seq not in seqs}
     return all(_window_ok(lay, s, e) for e in entries)
+
+
+def _window_seq_ok(lay: Layout, s: State, seq: int) -> bool:
+    """`_window_ok` for every block of `seq` within its capacity (the stale range and the
+    sequence's fields read once per life cycle)."""
+    cfg, t = lay.cfg, lay.cfg.tokens_per_block
+    active = s.seq_status[seq] == SeqStatus.ACTIVE
+    kept = s.commit_state[seq] == CommitState.ALLOWED
+    cap, hist = s.capacity[seq], s.history[seq]
+    within = min(lay.blocks, -(-cap // t))
+    entry, locked, index, committed = s.entry, s.entry_locked, s.index, s.committed
+    for lc_i, lc in enumerate(cfg.life_cycles):
+        start, end = stale_range(lc, hist, t) if lc.window is not None else (0, 0)
+        base = (seq * lay.lcs + lc_i) * lay.blocks
+        for o in range(within):
+            e = base + o
+            if start <= o < end:  # stale
+                if index[e] != BAD_PAGE_INDEX:
+                    return False
+                page = entry[e]
+                if page != NONE and not (
+                        kept and not (committed[page] if _page_ok(lay, page) else True)):
+                    return False
+            elif active and not (locked[e] and index[e] != BAD_PAGE_INDEX):
+                return False
+    # past the capacity only the entries in use can break it
+    return all(_window_ok(lay, s, e) for e in _used_entries_of(lay, s, seq)
+               if e % lay.blocks >= within)
+
+
+def _used_entries_of(lay: Layout, s: State, seq: int) -> set[int]:
+    """The entry positions of `seq` that are not at their initial values."""
+    per_seq = lay.lcs * lay.blocks
+    out: set[int] = set()
+    for arr, default in ((s.entry, NONE), (s.entry_locked, False), (s.index, BAD_PAGE_INDEX)):
+        out.update(e for e, _ in used_items(arr, default) if e // per_seq == seq)
+    return out
 
 
 def _refcounts_local(lay: Layout, s: State, d: Delta) -> bool | None:

@@ -19,6 +19,7 @@ An array remembers the one it was written from, back to the last fold, so
 
 from __future__ import annotations
 
+import builtins
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
@@ -79,11 +80,11 @@ class SparseArray(Sequence[Any]):
     def __getitem__(self, i: int | slice) -> Any:
         # the model's hottest read: stored positions first, the checks only for the rest
         try:
-            v = self._overlay.get(i, _MISSING)  # type: ignore[call-overload]
+            v = self._overlay.get(i, _MISSING)  # type: ignore[arg-type]
         except TypeError:  # a slice
             return self._read_other(i)
         if v is _MISSING:
-            v = self._base.get(i, _MISSING)  # type: ignore[call-overload]
+            v = self._base.get(i, _MISSING)  # type: ignore[arg-type]
             if v is _MISSING:
                 if type(i) is int and 0 <= i < self.length:
                     return self.default
@@ -111,7 +112,7 @@ class SparseArray(Sequence[Any]):
             if v != default:
                 yield i, v
 
-    def used(self) -> set[int]:
+    def used(self) -> builtins.set[int]:
         """The positions whose value is not the default."""
         return {i for i, _ in self.items()}
 
@@ -157,7 +158,7 @@ class SparseArray(Sequence[Any]):
             overlay = {}
         return self._make(base, overlay, prev_base, merged, parent, i, counts)
 
-    def changed_since(self, older: SparseArray) -> set[int] | None:
+    def changed_since(self, older: SparseArray) -> builtins.set[int] | None:
         """A superset of the positions where this array differs from `older`, when both
         grew from one base (or `older` from the base this one's last fold started from);
         None when that is not known cheaply."""
@@ -165,7 +166,7 @@ class SparseArray(Sequence[Any]):
             return set()
         if older.length != self.length:
             return None
-        written: set[int] = set()
+        written: builtins.set[int] = set()
         node: SparseArray | None = self
         while node is not None and node._parent is not None:  # exact, back to the last fold
             written.add(node._key)

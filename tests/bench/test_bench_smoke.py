@@ -235,3 +235,16 @@ def test_bmc_bench_reports_the_unsafe_counterexample_per_engine(
     out = capsys.readouterr().out
     assert "BMC from Init, explicit engine" in out and "violated at depth 7" in out
     assert "target 10 s" in out
+
+
+def test_trace_check_at_real_geometry(smoke: dict[str, Any]) -> None:
+    # Counting only: a header-only log declaring 2**20 slots per level is accepted and the
+    # model stores no position for it; a recorded log at 100,000 slots per level is
+    # accepted whole (its speed and memory are figures for docs/performance.md).
+    geo = smoke["verifier"]["trace_geometry"]
+    start, run_ = geo["startup"], geo["throughput"]
+    assert start["ok"] and start["slots_per_level"] == 1 << 20
+    assert start["stored_positions"] == 0
+    assert run_["ok"] and run_["slots_per_level"] == 100_000
+    assert run_["events"] == run_["events_recorded"] >= 300
+    assert run_["peak_rss_mb"] > 0

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import random
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from kvpocket.model import Model
-from kvpocket.model.machine import SPARSE_ABOVE
 from kvpocket.model.errors import UsageError
+from kvpocket.model.machine import SPARSE_ABOVE
 from kvpocket.model.sparse import SparseArray
 from kvpocket.model.state import STATE_FIELDS, State
 from kvpocket.verify.presets import PRESETS

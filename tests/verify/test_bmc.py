@@ -3,7 +3,7 @@ replayed; the safe policies clean; the explicit engine agreeing with the symboli
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -249,7 +249,7 @@ def test_symmetry_reduction_offers_only_the_lowest_of_interchangeable_candidates
     offered: list[tuple[str, int]] = []
 
     class Spy:
-        def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+        def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int:
             offered.append((kind, len(candidates)))
             return candidates[0]
 

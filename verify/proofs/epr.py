@@ -51,7 +51,7 @@ from typing import Any
 import z3
 
 from kvpocket.model.config import GPU_LEVEL, CommitState, KVConfig, SeqStatus
-from kvpocket.model.logic import CONCRETE, Term
+from kvpocket.model.logic import CONCRETE, Array, Term
 from kvpocket.model.pages import PAGE_ACTIONS, PageAction, Params, pocket_size_all
 from kvpocket.model.state import Layout, State
 
@@ -444,7 +444,7 @@ class EprOps:
             result = self.ite(idx == i, arr[i], result)
         return result
 
-    def store(self, arr: tuple[Term, ...], idx: Term, value: Term) -> tuple[Term, ...]:
+    def store(self, arr: Array, idx: Term, value: Term) -> Array:
         if not isinstance(arr, Field):
             raise NotInFragment("store into a plain tuple")
         out: Any = arr.store(arr.key(idx), self._coerce(value, arr.kind))

@@ -60,7 +60,7 @@ class _Scripted:
         self.script = script
         self.widths: list[int] = []
 
-    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+    def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int:
         i = len(self.widths)
         self.widths.append(len(candidates))
         return candidates[self.script[i] if i < len(self.script) else 0]

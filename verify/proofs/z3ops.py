@@ -24,7 +24,7 @@ from typing import Any
 
 import z3
 
-from kvpocket.model.logic import Term
+from kvpocket.model.logic import Array, Term
 
 Z3Term = Any  # z3.ExprRef; z3 is untyped
 
@@ -295,7 +295,7 @@ class Z3Ops:
             result = self.ite(self.eq(idx, j), arr[j], result)
         return result
 
-    def store(self, arr: tuple[Term, ...], idx: Term, value: Term) -> tuple[Term, ...]:
+    def store(self, arr: Array, idx: Term, value: Term) -> Array:
         i = lit(idx)
         if i is not None:
             if not 0 <= i < len(arr):
