@@ -28,10 +28,11 @@ from .pages import (
     POCKET_NOT_FULL,
     STILL_VALID,
     drops_parked,
+    lru,
     pocket_size,
     pool_group,
-    queue_head,
     still_valid,
+    victim_cond,
 )
 from .state import State, evolve, status
 
@@ -82,16 +83,21 @@ def _slot_twins(ex: Executor, level: int, pg: int) -> Callable[[int], tuple[Term
     return key
 
 
-def _queue_head_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
+def _victims_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
+    """Which pages eviction may take at (level, pool group): any queued page there (the
+    safety spec), or under the `lru` profile only its queue's head."""
     ops, s, lay = ex.ops, ex.s, ex.lay
-    if not ops.symbolic:  # the same predicate, evaluated once: LRU stamps are unique
+    if not ops.symbolic:  # the same predicates, evaluated once per choice
         queued = [p for p in range(lay.pages) if s.queued[p] and s.level[p] == level
                   and lay.pool_group_of_lc[s.lc[p]] == pg]
+        if not lru(lay):
+            return set(queued).__contains__
+        # LRU stamps are unique: one head
         head = min(queued, key=lambda p: (lay.priority_of_lc[s.lc[p]], s.stamp[p]), default=-1)
         return lambda p: p == head
 
     def legal(p: int) -> Term:
-        return ops.and_(queue_head(ops, lay, s, p), ops.eq(s.level[p], level),
+        return ops.and_(victim_cond(ops, lay, s, p)[1], ops.eq(s.level[p], level),
                         ops.eq(pool_group(ops, lay, s.lc[p]), pg))
     return legal
 
@@ -106,14 +112,15 @@ def _where(ex: Executor, p: int) -> object:
 
 
 def can_make_room(ex: Executor, level: int, pg: int) -> Term:
-    """One slot can be freed at (level, pool group): a free slot, or a queue head that can
-    leave (dropped at the last level, when DROPPABLE or when a parked page to drop, or room
-    below for it)."""
+    """One slot can be freed at (level, pool group): a free slot, or a page eviction may take
+    that can leave (dropped at the last level, when DROPPABLE or when a parked page to
+    drop, or room below for it). Under the safety spec some victim can leave; a manager
+    that picks another one fails the call (rolled back), which is safe."""
     ops, lay = ex.ops, ex.lay
     if level > lay.cfg.last_level:
         return ops.const(False)
     below = can_make_room(ex, level + 1, pg)
-    head = _queue_head_at(ex, level, pg)
+    head = _victims_at(ex, level, pg)
     leaves = ops.or_(*(
         ops.and_(head(p), ops.or_(
             ops.const(level == lay.cfg.last_level),
@@ -125,7 +132,7 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
 
 
 def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
-    """Free `need` slots at (level, pool group) by evicting queue heads, cascading down.
+    """Free `need` slots at (level, pool group) by evicting victims, cascading down.
 
     At the last level a victim is dropped. Above it, a parked victim is dropped when the
     configuration says `evict_parked=drop` (its data is dead: no copy); any other victim
@@ -139,7 +146,7 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
         ex.fail(f"{need} slots requested at level {level}; capacity is {lay.slots_at(level)}")
     for _ in range(lay.slots_at(level)):
         for _ in ex.when(ops.lt(_free_count(ex, level, pg), need)):
-            victim = ex.choose("victim", range(lay.pages), _queue_head_at(ex, level, pg),
+            victim = ex.choose("victim", range(lay.pages), _victims_at(ex, level, pg),
                                lambda p: _where(ex, p))
             for _ in ex.when(ops.eq(victim, NONE)):
                 ex.fail(f"no evictable page at level {level}, pool group {pg}")
@@ -323,7 +330,10 @@ def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:
     """Serve block o from the pocket; under `revalidate` a moved page is refused (drained)."""
     ops, lay = ex.ops, ex.lay
     positions = [lay.pocket_ix(ops, seq, lc, j) for j in range(lay.pocket_cap)]
-    k = ex.choose("pocket", range(lay.pocket_cap), lambda j: ops.ne(ex.s.pocket[positions[j]], NONE),
+    oldest_only = lru(lay)  # the `lru` profile pops the oldest entry; safety: any entry
+    k = ex.choose("pocket", range(lay.pocket_cap),
+                  lambda j: ops.and_(ops.ne(ex.s.pocket[positions[j]], NONE),
+                                     ops.const(j == 0 or not oldest_only)),
                   lambda j: _where(ex, ex.s.pocket[positions[j]]))
     page = ops.lookup(ex.s.pocket, lay.pocket_ix(ops, seq, lc, k), NONE)
     if lay.cfg.pocket.policy != PocketPolicy.REVALIDATE:

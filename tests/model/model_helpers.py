@@ -15,8 +15,8 @@ from kvpocket.verify.presets import PRESETS
 CONCRETE_ONLY = {"tokens", "block_keys"}
 
 
-def reachable(preset: str, seed: int, steps: int) -> Model:
-    m = Model(PRESETS[preset].config)
+def reachable(preset: str, seed: int, steps: int, order: str = "any") -> Model:
+    m = Model(PRESETS[preset].config.with_order(order))
     rng = random.Random(seed)
     cfg = m.cfg
     for _ in range(steps):
