@@ -227,8 +227,9 @@ class KVConfig:
                 object.__setattr__(
                     self, "pocket", replace(pocket, policy=policy, evict_parked=evict)
                 )
-        if isinstance(self.order, str) and not isinstance(self.order, Order):
-            object.__setattr__(self, "order", Order.parse(self.order))
+        order: object = self.order
+        if isinstance(order, str) and not isinstance(order, Order):  # a plain string
+            object.__setattr__(self, "order", Order.parse(order))
         if self.max_pages == 0 and isinstance(self.slots_per_level, tuple):
             object.__setattr__(self, "max_pages", self.derived_max_pages())
             object.__setattr__(self, "pages_derived", True)
