@@ -8,10 +8,11 @@ is violated ends the check, with its line number, the reason and the history of 
 earlier event that touched the same slots.
 
 The configuration's `order` is the policy profile: under the safety spec (`any`) the
-victim of an eviction and the entry a pop takes are the manager's choice. An event
-that records no `choices` leaves them unknown, so the checker tries every victim and
-pocket choice the spec allows (slots: the lowest free one) and keeps every model state
-that fits the event's result and observed fields; the log is rejected when none does.
+victim of an eviction, the entry a pop takes and the slot an allocation takes are the
+manager's choice. An event that records no `choices` leaves them unknown, so the checker
+tries every victim and pocket choice the spec allows, and for slots the ones the event's
+observed page index shows (then the lowest other one), and keeps every model state that
+fits the event's result and observed fields; the log is rejected when none does.
 More than `MAX_STATES` fitting states (or `MAX_RUNS` tries for one event) is a usage
 error: the log must record its choices.
 """
@@ -35,7 +36,7 @@ HISTORY = 12  # earlier events shown per report (and kept per location)
 PROGRESS_EVERY = 5000
 MAX_STATES = 64  # model states kept that fit a log without choices so far
 MAX_RUNS = 512  # choice sequences tried for one event without choices
-FREE_KINDS = ("victim", "pocket")  # the choices the safety spec leaves to the manager
+FREE_KINDS = ("victim", "pocket")  # the policy choices the safety spec leaves to the manager
 
 
 class ConfigTooSmall(Exception):
@@ -112,20 +113,28 @@ class _Fit:
 
 class _Trying:
     """A chooser for an event without recorded choices: follows `prefix` (an index into the
-    candidates of each victim or pocket choice, in order), then the first candidate;
-    `siblings` are the prefixes of every other sequence from there (depth first). Slots
-    stay the model's (lowest free)."""
+    options of each choice, in order), then the first option; `siblings` are the prefixes
+    of every other sequence from there (depth first). Victim and pocket options are every
+    legal candidate. Slot options are the free slots the event's observed page index
+    shows (the manager's picks, inferred), then the lowest other one: a slot no
+    observation names is interchangeable with any other free one up to renaming."""
 
-    def __init__(self, prefix: list[int]) -> None:
+    def __init__(self, prefix: list[int], seen_slots: set[int]) -> None:
         self.prefix = prefix
+        self.seen_slots = seen_slots
         self.widths: list[int] = []
 
     def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
-        if kind not in FREE_KINDS:
+        options = candidates
+        if kind == "slot":
+            seen = [c for c, x in zip(candidates, labels, strict=True) if x in self.seen_slots]
+            other = next((c for c in candidates if c not in seen), None)
+            options = seen + ([other] if other is not None else [])
+        elif kind not in FREE_KINDS:
             return candidates[0]
         i = len(self.widths)
-        self.widths.append(len(candidates))
-        return candidates[self.prefix[i] if i < len(self.prefix) else 0]
+        self.widths.append(len(options))
+        return options[self.prefix[i] if i < len(self.prefix) else 0]
 
     def siblings(self) -> list[list[int]]:
         taken = self.prefix + [0] * (len(self.widths) - len(self.prefix))
@@ -244,11 +253,11 @@ class EventChecker:
         """Run the event on each model state that fits the log so far, under every choice
         sequence the log leaves open; keep the post-states that fit this event too."""
         m = self.model
-        open_choices = ev.choices is None and (
-            self.cfg.order == Order.ANY or bool(self.others))
+        open_choices = ev.choices is None
         fits: list[_Fit] = []
         first: _Failure | None = None
         runs = 0
+        seen = {x for row in (ev.observed or {}).get("index", []) for x in row if x >= 0}
         for pre in [m.state, *self.others]:
             prefixes: list[list[int]] = [[]]
             while prefixes:
@@ -260,7 +269,8 @@ class EventChecker:
                         "the event's \"choices\" (docs/adapter-guide.md), or check with "
                         "--order lru if the manager evicts in LRU order")
                 prefix = prefixes.pop()
-                chooser: Chooser = _Trying(prefix) if open_choices else self._recorded(ev)
+                chooser: Chooser = _Trying(prefix, seen) if open_choices \
+                    else self._recorded(ev)
                 m.state = pre
                 try:
                     fits.append(self._attempt(ev, action, params, chooser, pre))
