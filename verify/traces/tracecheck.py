@@ -281,8 +281,9 @@ class EventChecker:
         if not fits:
             assert first is not None
             if runs > 1:
-                first.lines.append(f"(none of the {runs} choice sequences the safety spec "
-                                   "allows here fits the log; the first one tried is shown)")
+                first.lines.append(f"(none of {runs} runs fits: each model state that fitted "
+                                   "the log so far, under each choice the log leaves open; "
+                                   "the first is shown)")
             raise first
         kept: list[_Fit] = []
         for fit in fits:
@@ -319,7 +320,7 @@ class EventChecker:
             raise _Failure("the model rejects the log's choice", [
                 f"the log chose {exc.kind} {_show_label(exc.choice)}; the model's legal "
                 f"{exc.kind} choices here: {_show_labels(exc.legal)}",
-                *self._why_illegal(exc.kind, exc.choice, m.last_post),
+                *self._why_illegal(exc.kind, exc.choice, exc.legal, m.last_post),
                 *self._partial(pre, m.last_steps)],
                 focus | self._touched_all(pre, m.last_post, m.last_steps)) from None
         except MissingChoice as exc:
@@ -394,7 +395,8 @@ class EventChecker:
                 f"not the number freed: {self._free_before(params, pre)} were free before "
                 "the event"]
 
-    def _why_illegal(self, kind: str, label: object, s: State) -> list[str]:
+    def _why_illegal(self, kind: str, label: object, legal: list[object], s: State
+                     ) -> list[str]:
         """Why the model cannot use a logged choice: what sits at the label's location."""
         lay, cfg, ops = self.model.layout, self.cfg, self.model.ops
         if kind == "slot" or not isinstance(label, tuple):
@@ -412,7 +414,11 @@ class EventChecker:
             facts.append("migrating")
         if owner in s.pocket:
             facts.append("parked in a pocket")
-        if kind == "victim" and s.queued[owner] and self.cfg.order == Order.LRU:
+        places = {(int(x[0]), int(x[1])) for x in legal if isinstance(x, tuple)}
+        if kind == "victim" and places and (level, pg) not in places:
+            facts.append("but this eviction takes from (level, pool group) "
+                         + ", ".join(str(x) for x in sorted(places)))
+        elif kind == "victim" and s.queued[owner] and self.cfg.order == Order.LRU:
             facts.append("not the head of its queue (order=lru)")
         return [f"the page at {loc((level, pg, slot))} in the model is {', '.join(facts)}"]
 
