@@ -265,7 +265,8 @@ class EventChecker:
                 if runs > MAX_RUNS:
                     raise TooVague(
                         f"line {ev.line}: {ev.describe()}: without recorded choices more than "
-                        f"{MAX_RUNS} victim and pocket choice sequences must be tried; log "
+                        f"{MAX_RUNS} runs (model states that fit so far, times the victim, "
+                        "pocket and slot choices left open) must be tried; log "
                         "the event's \"choices\" (docs/adapter-guide.md), or check with "
                         "--order lru if the manager evicts in LRU order")
                 prefix = prefixes.pop()
