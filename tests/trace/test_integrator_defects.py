@@ -179,3 +179,27 @@ def test_cli_order_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["trace", "check", str(out), "--order", "mru"]) == 2
     err = capsys.readouterr().err
     assert "--order" in err and "one of any, lru" in err and "Traceback" not in err
+
+
+def test_a_log_too_vague_to_follow_is_a_usage_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Without choices or observed state, both queued pages may have been the victim: two
+    model states fit. Beyond the checker's bound that is exit 2 asking for choices, not a
+    verdict."""
+    from kvpocket.verify.traces import tracecheck
+
+    rows = _suspended_then_pressed(tmp_path / "pressure.ndjson")
+    vague = [rows[0], *({k: v for k, v in r.items() if k not in ("choices", "observed")}
+                        for r in rows[1:])]
+    vague[-1]["params"] = {**vague[-1]["params"], "slots": 3}  # one victim of two
+    result = _check_rows(vague)
+    assert result.ok and result.ambiguous == 1, result.report
+    monkeypatch.setattr(tracecheck, "MAX_STATES", 1)
+    with pytest.raises(tracecheck.TooVague, match="2 model states fit the log so far"):
+        _check_rows(vague)
+    path = tmp_path / "vague.ndjson"
+    path.write_text("\n".join(with_end_marker(json.dumps(r) for r in vague)) + "\n")
+    assert main(["trace", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "log the events' \"choices\"" in err and "Traceback" not in err
