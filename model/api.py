@@ -156,16 +156,35 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
             parked = drops_parked(ops, lay, ex.s, victim)
             for _ in ex.when(parked):
                 ex.do("drop_parked", page=victim)
-            stays = ops.not_(parked)
-            room = can_make_room(ex, level + 1, pg)
-            droppable = ops.eq(status(ops, ex.s, victim), int(PageStatus.DROPPABLE))
-            for _ in ex.when(ops.and_(stays, room)):
-                make_room(ex, level + 1, pg, 1)
-                migrate(ex, victim, level + 1, pg)
-            for _ in ex.when(ops.and_(stays, ops.not_(room), droppable)):
-                ex.do("drop", page=victim)
-            for _ in ex.when(ops.and_(stays, ops.not_(room), ops.not_(droppable))):
-                ex.fail(f"no room below level {level} for a HELD page")
+            for _ in ex.when(ops.not_(parked)):
+                room = can_make_room(ex, level + 1, pg)
+                if not lru(lay):
+                    room = ops.and_(room, _makes_room_below(ex, level + 1, pg, room))
+                droppable = ops.eq(status(ops, ex.s, victim), int(PageStatus.DROPPABLE))
+                for _ in ex.when(room):
+                    make_room(ex, level + 1, pg, 1)
+                    migrate(ex, victim, level + 1, pg)
+                for _ in ex.when(ops.and_(ops.not_(room), droppable)):
+                    ex.do("drop", page=victim)
+                for _ in ex.when(ops.and_(ops.not_(room), ops.not_(droppable))):
+                    ex.fail(f"no room below level {level} for a HELD page")
+
+
+BELOW = "below"  # the choice kind: does the manager make room one level down for a victim?
+
+
+def _makes_room_below(ex: Executor, level: int, pg: int, room: Term) -> Term:
+    """Under the safety spec, when room below has to be made by evicting there, doing so is
+    the manager's call (0: it does; 1: it declines, and a DROPPABLE victim is dropped, a
+    HELD one fails the call: both safe). With a free slot below the victim migrates. The
+    `lru` engine makes room whenever its queue heads below can leave. Labelled (level,
+    pool group) of the level below."""
+    ops = ex.ops
+    full = ops.eq(_free_count(ex, level, pg), 0)
+    pick = ex.choose(BELOW, range(2),
+                     lambda j: room if j == 0 else full,
+                     lambda j: (level, pg))
+    return ops.eq(pick, 0)
 
 
 def take_slot(ex: Executor, level: int, pg: int) -> Term:

@@ -96,10 +96,11 @@ def page_action_guard_text(cfg: KVConfig, name: str) -> list[str]:
 
 # What the `lru` policy profile decides in the API programs, where the safety spec leaves
 # the choice free (the page actions' differences are read off their guards).
+_CASCADE = "victims are queue heads; room below is made whenever the heads there can leave"
 API_POLICY: dict[str, str] = {
-    "resize": "victims are queue heads; a pop takes the oldest pocket entry",
-    "resume": "victims are queue heads",
-    "pressure": "victims are queue heads",
+    "resize": f"{_CASCADE}; a pop takes the oldest pocket entry",
+    "resume": _CASCADE,
+    "pressure": _CASCADE,
 }
 
 

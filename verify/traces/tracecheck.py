@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvpocket.model.api import BELOW
 from kvpocket.model.config import NONE, KVConfig, Order, SeqStatus, num_blocks_for
 from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
 from kvpocket.model.executor import Chooser, RecordedChooser, Step
@@ -36,7 +37,8 @@ HISTORY = 12  # earlier events shown per report (and kept per location)
 PROGRESS_EVERY = 5000
 MAX_STATES = 64  # model states kept that fit a log without choices so far
 MAX_RUNS = 512  # choice sequences tried for one event without choices
-FREE_KINDS = ("victim", "pocket")  # the policy choices the safety spec leaves to the manager
+# the policy choices the safety spec leaves to the manager (slots are inferred apart)
+FREE_KINDS = ("victim", "pocket", BELOW)
 
 
 class ConfigTooSmall(Exception):
@@ -140,6 +142,21 @@ class _Trying:
         taken = self.prefix + [0] * (len(self.widths) - len(self.prefix))
         return [[*taken[:i], alt] for i in range(len(self.prefix), len(self.widths))
                 for alt in range(1, self.widths[i])]
+
+
+class _LogChooser(RecordedChooser):
+    """The log's choices; whether the manager made room one level down for a victim (the
+    safety spec leaves it open) is read off the log: it did iff its next victim is at
+    that level and pool group."""
+
+    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+        if kind != BELOW or len(candidates) == 1:
+            return super().choose(kind, candidates, labels)
+        where = labels[0]  # (level, pool group) below
+        nxt = (self.script or {}).get("victim") or [None]
+        below = isinstance(nxt[0], tuple) and isinstance(where, tuple) \
+            and tuple(int(x) for x in nxt[0][:2]) == where
+        return candidates[0] if below else candidates[1]
 
 
 def loc(w: Where) -> str:
@@ -309,7 +326,7 @@ class EventChecker:
             script = {}
             for kind, label in ev.choices:
                 script.setdefault(kind, []).append(label)
-        return RecordedChooser(script, by="label", on_missing="raise")
+        return _LogChooser(script, by="label", on_missing="raise")
 
     def _attempt(self, ev: Event, action: str, params: dict[str, Any], chooser: Chooser,
                  pre: State) -> _Fit:
