@@ -137,8 +137,9 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
     At the last level a victim is dropped. Above it, a parked victim is dropped when the
     configuration says `evict_parked=drop` (its data is dead: no copy); any other victim
     migrates one level down after room is made there recursively; a DROPPABLE victim for
-    which no room can be made is dropped instead (it only caches committed data); a HELD
-    one fails the call.
+    which no room can be made (or, under the safety spec, for which the manager declines to
+    evict below: `_makes_room_below`) is dropped instead (it only caches committed data); a
+    HELD one fails the call.
     """
     ops, lay = ex.ops, ex.lay
     last = lay.cfg.last_level
