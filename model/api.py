@@ -28,10 +28,11 @@ from .pages import (
     POCKET_NOT_FULL,
     STILL_VALID,
     drops_parked,
+    lru,
     pocket_size,
     pool_group,
-    queue_head,
     still_valid,
+    victim_cond,
 )
 from .state import State, evolve, page_ids, status
 
@@ -81,16 +82,21 @@ def _slot_twins(ex: Executor, level: int, pg: int) -> Callable[[int], tuple[Term
     return key
 
 
-def _queue_head_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
+def _victims_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
+    """Which pages eviction may take at (level, pool group): any queued page there (the
+    safety spec), or under the `lru` profile only its queue's head."""
     ops, s, lay = ex.ops, ex.s, ex.lay
-    if not ops.symbolic:  # the same predicate, evaluated once: LRU stamps are unique
+    if not ops.symbolic:  # the same predicates, evaluated once per choice
         queued = [p for p in page_ids(ops, lay, s, s.queued) if s.queued[p] and s.level[p] == level
                   and lay.pool_group_of_lc[s.lc[p]] == pg]
+        if not lru(lay):
+            return set(queued).__contains__
+        # LRU stamps are unique: one head
         head = min(queued, key=lambda p: (lay.priority_of_lc[s.lc[p]], s.stamp[p]), default=-1)
         return lambda p: p == head
 
     def legal(p: int) -> Term:
-        return ops.and_(queue_head(ops, lay, s, p), ops.eq(s.level[p], level),
+        return ops.and_(victim_cond(ops, lay, s, p)[1], ops.eq(s.level[p], level),
                         ops.eq(pool_group(ops, lay, s.lc[p]), pg))
     return legal
 
@@ -105,14 +111,15 @@ def _where(ex: Executor, p: int) -> object:
 
 
 def can_make_room(ex: Executor, level: int, pg: int) -> Term:
-    """One slot can be freed at (level, pool group): a free slot, or a queue head that can
-    leave (dropped at the last level, when DROPPABLE or when a parked page to drop, or room
-    below for it)."""
+    """One slot can be freed at (level, pool group): a free slot, or a page eviction may take
+    that can leave (dropped at the last level, when DROPPABLE or when a parked page to
+    drop, or room below for it). Under the safety spec some victim can leave; a manager
+    that picks another one fails the call (rolled back), which is safe."""
     ops, lay = ex.ops, ex.lay
     if level > lay.cfg.last_level:
         return ops.const(False)
     below = can_make_room(ex, level + 1, pg)
-    head = _queue_head_at(ex, level, pg)
+    head = _victims_at(ex, level, pg)
     leaves = ops.or_(*(
         ops.and_(head(p), ops.or_(
             ops.const(level == lay.cfg.last_level),
@@ -124,13 +131,14 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
 
 
 def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
-    """Free `need` slots at (level, pool group) by evicting queue heads, cascading down.
+    """Free `need` slots at (level, pool group) by evicting victims, cascading down.
 
     At the last level a victim is dropped. Above it, a parked victim is dropped when the
     configuration says `evict_parked=drop` (its data is dead: no copy); any other victim
     migrates one level down after room is made there recursively; a DROPPABLE victim for
-    which no room can be made is dropped instead (it only caches committed data); a HELD
-    one fails the call.
+    which no room can be made (or, under the safety spec, for which the manager declines to
+    evict below: `_makes_room_below`) is dropped instead (it only caches committed data); a
+    HELD one fails the call.
     """
     ops, lay = ex.ops, ex.lay
     last = lay.cfg.last_level
@@ -141,7 +149,7 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
         if short is False:  # plain values: the rounds left would change nothing
             break
         for _ in ex.when(short):
-            victim = ex.choose("victim", range(lay.pages), _queue_head_at(ex, level, pg),
+            victim = ex.choose("victim", range(lay.pages), _victims_at(ex, level, pg),
                                lambda p: _where(ex, p),
                                among=lambda: page_ids(ops, lay, ex.s, ex.s.queued))
             for _ in ex.when(ops.eq(victim, NONE)):
@@ -152,16 +160,35 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
             parked = drops_parked(ops, lay, ex.s, victim)
             for _ in ex.when(parked):
                 ex.do("drop_parked", page=victim)
-            stays = ops.not_(parked)
-            room = can_make_room(ex, level + 1, pg)
-            droppable = ops.eq(status(ops, ex.s, victim), int(PageStatus.DROPPABLE))
-            for _ in ex.when(ops.and_(stays, room)):
-                make_room(ex, level + 1, pg, 1)
-                migrate(ex, victim, level + 1, pg)
-            for _ in ex.when(ops.and_(stays, ops.not_(room), droppable)):
-                ex.do("drop", page=victim)
-            for _ in ex.when(ops.and_(stays, ops.not_(room), ops.not_(droppable))):
-                ex.fail(f"no room below level {level} for a HELD page")
+            for _ in ex.when(ops.not_(parked)):
+                room = can_make_room(ex, level + 1, pg)
+                if not lru(lay):
+                    room = ops.and_(room, _makes_room_below(ex, level + 1, pg, room))
+                droppable = ops.eq(status(ops, ex.s, victim), int(PageStatus.DROPPABLE))
+                for _ in ex.when(room):
+                    make_room(ex, level + 1, pg, 1)
+                    migrate(ex, victim, level + 1, pg)
+                for _ in ex.when(ops.and_(ops.not_(room), droppable)):
+                    ex.do("drop", page=victim)
+                for _ in ex.when(ops.and_(ops.not_(room), ops.not_(droppable))):
+                    ex.fail(f"no room below level {level} for a HELD page")
+
+
+BELOW = "below"  # the choice kind: does the manager make room one level down for a victim?
+
+
+def _makes_room_below(ex: Executor, level: int, pg: int, room: Term) -> Term:
+    """Under the safety spec, when room below has to be made by evicting there, doing so is
+    the manager's call (0: it does; 1: it declines, and a DROPPABLE victim is dropped, a
+    HELD one fails the call: both safe). With a free slot below the victim migrates. The
+    `lru` engine makes room whenever its queue heads below can leave. Labelled (level,
+    pool group) of the level below."""
+    ops = ex.ops
+    full = ops.eq(_free_count(ex, level, pg), 0)
+    pick = ex.choose(BELOW, range(2),
+                     lambda j: room if j == 0 else full,
+                     lambda j: (level, pg))
+    return ops.eq(pick, 0)
 
 
 def take_slot(ex: Executor, level: int, pg: int) -> Term:
@@ -326,7 +353,10 @@ def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:
     """Serve block o from the pocket; under `revalidate` a moved page is refused (drained)."""
     ops, lay = ex.ops, ex.lay
     positions = [lay.pocket_ix(ops, seq, lc, j) for j in range(lay.pocket_cap)]
-    k = ex.choose("pocket", range(lay.pocket_cap), lambda j: ops.ne(ex.s.pocket[positions[j]], NONE),
+    oldest_only = lru(lay)  # the `lru` profile pops the oldest entry; safety: any entry
+    k = ex.choose("pocket", range(lay.pocket_cap),
+                  lambda j: ops.and_(ops.ne(ex.s.pocket[positions[j]], NONE),
+                                     ops.const(j == 0 or not oldest_only)),
                   lambda j: _where(ex, ex.s.pocket[positions[j]]))
     page = ops.lookup(ex.s.pocket, lay.pocket_ix(ops, seq, lc, k), NONE)
     if lay.cfg.pocket.policy != PocketPolicy.REVALIDATE:

@@ -78,6 +78,32 @@ class EvictParked(StrEnum):
         raise ConfigError(field_name, "one of drop, migrate", value)
 
 
+class Order(StrEnum):
+    """Which policy profile decides the choices the safety spec leaves free.
+
+    The safety spec (`any`) lets eviction take any queued page of the level and pool
+    group, a pop take any pocket entry and an allocation any free slot: every correct
+    manager is allowed. `lru` is kvpocket's own engine on top of it: the victim is the
+    head of its queue (lowest life-cycle priority, then least recently queued) and a pop
+    takes the oldest pocket entry. Slots stay free under both (the implementation's slot
+    policy is pluggable).
+    """
+
+    ANY = "any"
+    LRU = "lru"
+
+    @classmethod
+    def parse(cls, value: object, field_name: str = "order") -> Order:
+        if isinstance(value, Order):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value)
+            except ValueError:
+                pass
+        raise ConfigError(field_name, "one of any, lru", value)
+
+
 class SeqStatus(IntEnum):
     """Life of a sequence's KV cache. A sequence slot starts FREE (never created)."""
 
@@ -189,6 +215,7 @@ class KVConfig:
     max_blocks: int = 6
     max_pages: int = 0  # 0: derived (`derived_max_pages`)
     pocket: PocketConfig = field(default_factory=PocketConfig)
+    order: Order = Order.ANY  # the policy profile (safety spec `any`, or kvpocket's `lru`)
     # max_pages was derived (given as 0), so `with_pocket` derives it again; not compared.
     pages_derived: bool = field(default=False, init=False, compare=False, repr=False)
 
@@ -200,6 +227,9 @@ class KVConfig:
                 object.__setattr__(
                     self, "pocket", replace(pocket, policy=policy, evict_parked=evict)
                 )
+        order: object = self.order
+        if isinstance(order, str) and not isinstance(order, Order):  # a plain string
+            object.__setattr__(self, "order", Order.parse(order))
         if self.max_pages == 0 and isinstance(self.slots_per_level, tuple):
             object.__setattr__(self, "max_pages", self.derived_max_pages())
             object.__setattr__(self, "pages_derived", True)
@@ -257,6 +287,7 @@ class KVConfig:
         if not isinstance(self.pocket, PocketConfig):
             raise ConfigError("pocket", "a PocketConfig", self.pocket)
         self.pocket.validate()
+        Order.parse(self.order)
 
     # ---- derived quantities -------------------------------------------------------------
     @property
@@ -304,6 +335,12 @@ class KVConfig:
         # A derived page bound is derived again for the new pocket; an explicit one stays.
         return replace(self, pocket=pocket, max_pages=0 if self.pages_derived else self.max_pages)
 
+    def with_order(self, order: Order | str) -> KVConfig:
+        """The same configuration under another policy profile (`Order`)."""
+        out = replace(self, order=Order.parse(order))
+        object.__setattr__(out, "pages_derived", self.pages_derived)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "tokens_per_block": self.tokens_per_block,
@@ -319,6 +356,7 @@ class KVConfig:
             "pocket": {"enabled": self.pocket.enabled, "capacity": self.pocket.capacity,
                        "policy": self.pocket.policy.value,
                        "evict_parked": self.pocket.evict_parked.value},
+            "order": self.order.value,
         }
 
     @staticmethod
@@ -327,7 +365,7 @@ class KVConfig:
         if not isinstance(data, dict):
             raise ConfigError("config", "a JSON object", data)
         known = {"tokens_per_block", "life_cycles", "slots_per_level", "num_sequences",
-                 "max_blocks", "max_pages", "pocket"}
+                 "max_blocks", "max_pages", "pocket", "order"}
         for key in data:
             if key not in known:
                 raise ConfigError(str(key), "one of " + ", ".join(sorted(known)), "unknown field")
@@ -335,6 +373,8 @@ class KVConfig:
         for key in ("tokens_per_block", "num_sequences", "max_blocks", "max_pages"):
             if key in data:
                 kwargs[key] = data[key]
+        if "order" in data:
+            kwargs["order"] = Order.parse(data["order"])
         if "slots_per_level" in data:
             if not isinstance(data["slots_per_level"], list):
                 raise ConfigError("slots_per_level", "a list of integers", data["slots_per_level"])

@@ -19,6 +19,7 @@ from .config import (
     NONE,
     CommitState,
     KVConfig,
+    Order,
     PageStatus,
     PocketPolicy,
     SeqStatus,
@@ -33,6 +34,9 @@ Params = dict[str, Term]
 POCKET_NOT_FULL = "pocket is not full"
 STILL_VALID = "parked page is still at GPU with a valid slot and not migrating"
 PARKED_DROPPED = "a parked victim is dropped, not migrated (evict_parked=drop)"
+# The victim condition: safety (any queued page) or the `lru` policy profile (the head).
+VICTIM_QUEUED = "page is queued for eviction (safety: any queued page may be the victim)"
+VICTIM_HEAD = "page is the head of its level's eviction queue"
 Cond = tuple[str, Term]  # (English description of the condition, its truth value)
 
 
@@ -159,6 +163,19 @@ def queue_head(ops: Ops, lay: Layout, s: State, p: Term) -> Term:
     return ops.and_(ops.lookup(s.queued, p, False), ops.not_(ops.or_(*before)))
 
 
+def lru(lay: Layout) -> bool:
+    """The configuration asks for kvpocket's own policy profile (`Order.LRU`)."""
+    return lay.cfg.order == Order.LRU
+
+
+def victim_cond(ops: Ops, lay: Layout, s: State, p: Term) -> Cond:
+    """Which pages eviction may take: any queued page (safety), or under the `lru` profile
+    only the head of its queue. The level and pool group are the caller's."""
+    if lru(lay):
+        return VICTIM_HEAD, queue_head(ops, lay, s, p)
+    return VICTIM_QUEUED, ops.lookup(s.queued, p, False)
+
+
 def pocket_size(ops: Ops, lay: Layout, s: State, seq: Term, lc: Term) -> Term:
     return ops.count([
         ops.ne(ops.lookup(s.pocket, lay.pocket_ix(ops, seq, lc, k), NONE), NONE)
@@ -182,12 +199,16 @@ def _set(ops: Ops, arr: Array, idx: Term, value: Term) -> Array:
     return ops.store(arr, idx, value)
 
 
-def _schedule_if(ops: Ops, s: State, p: Term, cond: Term) -> State:
-    """Push p at the tail of its queue when cond holds and it is not queued yet."""
+def _schedule_if(ops: Ops, lay: Layout, s: State, p: Term, cond: Term) -> State:
+    """Push p at the tail of its queue when cond holds and it is not queued yet. Only the
+    `lru` profile reads the order, so only it stamps (under the safety spec stamps and
+    the clock stay 0, and states that differ only in queue order are one state)."""
     go = ops.and_(cond, ops.not_(ops.lookup(s.queued, p, False)))
+    queued = _set(ops, s.queued, p, ops.or_(go, ops.lookup(s.queued, p, False)))
+    if not lru(lay):
+        return evolve(s, queued=queued)
     return evolve(
-        s,
-        queued=_set(ops, s.queued, p, ops.or_(go, ops.lookup(s.queued, p, False))),
+        s, queued=queued,
         stamp=_set(ops, s.stamp, p, ops.ite(go, s.clock, ops.lookup(s.stamp, p, 0))),
         clock=ops.ite(go, ops.add(s.clock, 1), s.clock),
     )
@@ -319,7 +340,7 @@ def e_unlock(ops: Ops, lay: Layout, s: State, p: Params) -> State:
         # The unlock records the owner's finish event on the page's slot.
         slot_busy=_set(ops, s.slot_busy, ix, p["seq"]),
     )
-    return _schedule_if(ops, s, page, evictable(ops, lay.cfg, s, page))
+    return _schedule_if(ops, lay, s, page, evictable(ops, lay.cfg, s, page))
 
 
 def g_hold(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
@@ -364,7 +385,7 @@ def e_release_holder(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     committed = ops.lookup(s.committed, page, False)
     # A DROPPABLE committed page lives on in the queue (the radix tree keeps it);
     # a DROPPABLE uncommitted page is never evictable and must die next.
-    s = _schedule_if(ops, s, page, ops.and_(droppable, committed, ops.not_(moving(ops, s, page))))
+    s = _schedule_if(ops, lay, s, page, ops.and_(droppable, committed, ops.not_(moving(ops, s, page))))
     return _unqueue_if(ops, s, page, ops.and_(droppable, ops.not_(committed)))
 
 
@@ -382,7 +403,7 @@ def g_schedule(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
 
 
 def e_schedule(ops: Ops, lay: Layout, s: State, p: Params) -> State:
-    return _schedule_if(ops, s, p["page"], True)
+    return _schedule_if(ops, lay, s, p["page"], True)
 
 
 def g_exclude(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
@@ -409,7 +430,7 @@ def g_evict_begin(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     lvl = ops.lookup(s.level, page, 0)
     ix = _dst_ix(ops, lay, s, page, ops.add(lvl, 1), p["dst_slot"])
     return [
-        ("page is the head of its level's eviction queue", queue_head(ops, lay, s, page)),
+        victim_cond(ops, lay, s, page),
         ("page is above the last level", ops.lt(lvl, lay.cfg.last_level)),
         ("destination slot is free one level down",
          ops.and_(ops.ne(ix, -1), ops.eq(ops.lookup(s.slot_owner, ix, 0), NONE))),
@@ -474,7 +495,7 @@ def e_migrate_complete(ops: Ops, lay: Layout, s: State, p: Params) -> State:
     )
     pinned = ops.and_(ops.const(lay.cfg.pocket.policy == PocketPolicy.PIN), in_pocket(ops, s, page))
     return _schedule_if(
-        ops, s, page, ops.and_(went_down, evictable(ops, lay.cfg, s, page), ops.not_(pinned))
+        ops, lay, s, page, ops.and_(went_down, evictable(ops, lay.cfg, s, page), ops.not_(pinned))
     )
 
 
@@ -489,13 +510,13 @@ def e_copy_fail(ops: Ops, lay: Layout, s: State, p: Params) -> State:
         dst_level=_set(ops, s.dst_level, page, NONE),
         dst_slot=_set(ops, s.dst_slot, page, NO_SLOT),
     )
-    return _schedule_if(ops, s, page, ops.and_(went_down, evictable(ops, lay.cfg, s, page)))
+    return _schedule_if(ops, lay, s, page, ops.and_(went_down, evictable(ops, lay.cfg, s, page)))
 
 
 def g_drop(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     page = p["page"]
     return [
-        ("page is the head of its level's eviction queue", queue_head(ops, lay, s, page)),
+        victim_cond(ops, lay, s, page),
         ("page is DROPPABLE", ops.eq(status(ops, s, page), int(PageStatus.DROPPABLE))),
         ("page is committed", ops.lookup(s.committed, page, False)),
     ]
@@ -508,7 +529,7 @@ def e_drop(ops: Ops, lay: Layout, s: State, p: Params) -> State:
 def g_drop_parked(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     page = p["page"]
     return [
-        ("page is the head of its level's eviction queue", queue_head(ops, lay, s, page)),
+        victim_cond(ops, lay, s, page),
         ("page is parked in a pocket", in_pocket(ops, s, page)),
         (PARKED_DROPPED, ops.const(lay.cfg.pocket.drops_parked)),
     ]

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from .api import API
-from .config import KVConfig
+from .config import KVConfig, Order
 from .invariants import INVARIANTS
 from .logic import CONCRETE
 from .pages import PAGE_ACTIONS, in_pocket, moving
@@ -94,17 +94,39 @@ def page_action_guard_text(cfg: KVConfig, name: str) -> list[str]:
     return [label for label, _ in action.guard(CONCRETE, lay, lay.initial_state(), params)]
 
 
+# What the `lru` policy profile decides in the API programs, where the safety spec leaves
+# the choice free (the page actions' differences are read off their guards).
+_CASCADE = "victims are queue heads; room below is made whenever the heads there can leave"
+API_POLICY: dict[str, str] = {
+    "resize": f"{_CASCADE}; a pop takes the oldest pocket entry",
+    "resume": _CASCADE,
+    "pressure": _CASCADE,
+}
+
+
+def policy_conditions(cfg: KVConfig, name: str) -> list[str]:
+    """The guard conditions of a page action under the `lru` profile that the safety spec
+    (`order=any`) does not have: what is policy, not safety."""
+    safety = set(page_action_guard_text(cfg.with_order(Order.ANY), name))
+    return [c for c in page_action_guard_text(cfg.with_order(Order.LRU), name)
+            if c not in safety]
+
+
 def spec_json(cfg: KVConfig) -> dict[str, Any]:
+    """The action table and invariant catalogue under the configuration's profile; each
+    action's `policy` names what the `lru` profile adds to the safety spec."""
     actions: list[dict[str, Any]] = []
     for name, a in PAGE_ACTIONS.items():
         actions.append({
             "name": name, "layer": "page", "parameters": [p.name for p in a.params],
             "guard": " and ".join(page_action_guard_text(cfg, name)), "doc": a.doc,
+            "policy": " and ".join(policy_conditions(cfg, name)),
         })
     for api in API.values():
         actions.append({
             "name": api.name, "layer": api.layer, "parameters": list(api.param_names),
             "guard": api.precondition, "doc": api.doc, "returns": api.returns,
+            "policy": API_POLICY.get(api.name, ""),
         })
     invariants = [
         {"name": i.name, "statement": i.statement, "scope": i.scope,
@@ -117,10 +139,13 @@ def spec_json(cfg: KVConfig) -> dict[str, Any]:
 def markdown_tables(cfg: KVConfig) -> str:
     """The action table and the invariant catalogue as Markdown (docs/spec.md embeds it)."""
     data = spec_json(cfg)
-    lines = ["| layer | action | parameters | guard / precondition |", "|---|---|---|---|"]
+    lines = ["| layer | action | parameters | guard / precondition (safety) | `order=lru` adds "
+             "(policy) |", "|---|---|---|---|---|"]
     for a in data["actions"]:
         guard = a["guard"].replace("|", "\\|")
-        lines.append(f"| {a['layer']} | `{a['name']}` | {', '.join(a['parameters'])} | {guard} |")
+        policy = a["policy"] or "-"
+        lines.append(f"| {a['layer']} | `{a['name']}` | {', '.join(a['parameters'])} | {guard} "
+                     f"| {policy} |")
     lines += ["", "| invariant | scope | kind | statement |", "|---|---|---|---|"]
     for i in data["invariants"]:
         lines.append(f"| `{i['name']}` | {i['scope']} | {i['kind']} | {i['statement']} |")

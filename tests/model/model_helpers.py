@@ -18,10 +18,12 @@ from kvpocket.verify.presets import PRESETS
 CONCRETE_ONLY = {"tokens", "block_keys"}
 
 
-def reachable(preset: str, seed: int, steps: int, sparse: bool = False) -> Model:
-    """A model after `steps` random calls; `sparse`: every state array a `SparseArray`
-    (else the presets' small arrays are tuples)."""
-    m = Model(PRESETS[preset].config, sparse_above=0 if sparse else SPARSE_ABOVE)
+def reachable(preset: str, seed: int, steps: int, sparse: bool = False,
+              order: str = "any") -> Model:
+    """A model after `steps` random calls under policy profile `order`; `sparse`: every
+    state array a `SparseArray` (else the presets' small arrays are tuples)."""
+    m = Model(PRESETS[preset].config.with_order(order),
+              sparse_above=0 if sparse else SPARSE_ABOVE)
     for _ in random_calls(m, seed, steps):
         pass
     return m

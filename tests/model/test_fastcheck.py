@@ -55,24 +55,26 @@ def test_a_drifted_companion_would_be_caught() -> None:
     assert truth and not drifted(m.layout, m.state)
 
 
+@pytest.mark.parametrize("order", ["any", "lru"])
 @pytest.mark.parametrize("preset", ["two-level", "three-level", "split-pools"])
-def test_queue_head_fast_path_agrees_with_the_definition(preset: str) -> None:
-    """`api._queue_head_at` evaluates the victim guard once per call on concrete states;
-    it must name exactly the pages the definition Z3 reads accepts."""
-    from kvpocket.model.api import _queue_head_at
+def test_victim_fast_path_agrees_with_the_definition(preset: str, order: str) -> None:
+    """`api._victims_at` evaluates the victim guard once per call on concrete states;
+    it must name exactly the pages the definition Z3 reads accepts, under the safety spec
+    (any queued page) and under the `lru` profile (the queue head)."""
+    from kvpocket.model.api import _victims_at
     from kvpocket.model.executor import ConcreteExecutor, LowestChooser
-    from kvpocket.model.pages import pool_group, queue_head
+    from kvpocket.model.pages import pool_group, victim_cond
 
     heads = 0
     for seed, steps in [(seed, steps) for seed in range(6) for steps in range(20, 201, 20)]:
-        m = reachable(preset, seed, steps)
+        m = reachable(preset, seed, steps, order)
         lay, s = m.layout, m.state
         ex = ConcreteExecutor(lay, s, LowestChooser())
         for level in range(m.cfg.num_levels):
             for pg in range(m.cfg.num_pool_groups):
-                fast = _queue_head_at(ex, level, pg)
+                fast = _victims_at(ex, level, pg)
                 for p in range(lay.pages):
-                    slow = CONCRETE.and_(queue_head(CONCRETE, lay, s, p), s.level[p] == level,
+                    slow = CONCRETE.and_(victim_cond(CONCRETE, lay, s, p)[1], s.level[p] == level,
                                          pool_group(CONCRETE, lay, s.lc[p]) == pg)
                     assert bool(fast(p)) == bool(slow), (preset, seed, level, pg, p)
                     heads += bool(slow)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
+from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy
 from kvpocket.model.errors import UsageError
 from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify import patching
@@ -453,6 +453,10 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
                        help="check against this preset instead of the log's own configuration")
     check.add_argument("--policy", metavar="POLICY",
                        help="check under this pocket policy: revalidate, pin or unsafe")
+    check.add_argument("--order", metavar="ORDER",
+                       help="policy profile: any (the safety spec: any queued victim, any "
+                       "pocket entry; the default unless the log's config says otherwise) or "
+                       "lru (kvpocket's own engine: the queue head, the oldest pocket entry)")
     check.add_argument("--allow-unterminated", action="store_true",
                        help="accept a log without its end marker (written before end markers "
                        "existed); otherwise a missing marker is reported as truncation")
@@ -482,26 +486,28 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def _trace_check(args: argparse.Namespace) -> int:
     from kvpocket.verify.cli.render import Ticker
     from kvpocket.verify.traces.trace import TraceError, open_events
-    from kvpocket.verify.traces.tracecheck import ConfigTooSmall, check_events
+    from kvpocket.verify.traces.tracecheck import ConfigTooSmall, TooVague, check_events
 
     cfg_override = preset(args.config) if args.config else None
     policy = PocketPolicy.parse(args.policy, "--policy") if args.policy is not None else None
+    order = Order.parse(args.order, "--order") if args.order is not None else None
     try:
         log = open_events(args.log, allow_unterminated=args.allow_unterminated)
         cfg = cfg_override or log.config
         if policy is not None:
             cfg = cfg.with_pocket(enabled=True, policy=policy)
+        if order is not None:
+            cfg = cfg.with_order(order)
         size = Path(args.log).stat().st_size
         with Ticker(f"trace check {args.log}", size, show=not args.no_progress) as ticker:
             result = check_events(log, cfg, args.log, progress=lambda n: ticker.update(
                 n, log.line))
     except TraceError as exc:
         raise CliError(str(exc)) from None
-    except ConfigTooSmall as exc:
+    except (ConfigTooSmall, TooVague) as exc:
         raise CliError(f"{args.log}: {exc}") from None
     if result.ok:
-        print(f"{args.log}: {result.events} events valid: every choice is legal, every "
-              "reported result and observed state matches the model, every invariant holds")
+        print(f"{args.log}: {result.summary()}")
         return EXIT_OK
     print(result.report)
     return EXIT_FOUND

@@ -21,7 +21,15 @@ from kvpocket.impl.exceptions import UnknownLifeCycleError
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.impl.snapshot import Where, choice_labels, page_locations
-from kvpocket.model.config import GPU_LEVEL, NONE, CommitState, KVConfig, SeqStatus, stale_range
+from kvpocket.model.config import (
+    GPU_LEVEL,
+    NONE,
+    CommitState,
+    KVConfig,
+    Order,
+    SeqStatus,
+    stale_range,
+)
 from kvpocket.model.errors import ChoiceRejected
 from kvpocket.model.executor import CHOICE_KINDS, RecordedChooser
 from kvpocket.model.machine import Model, RunResult
@@ -64,7 +72,9 @@ class Lockstep:
     def __init__(self, cfg: KVConfig, backend: str = "numpy", eager: bool = True,
                  check_data: bool = True) -> None:
         self.cfg = cfg
-        self.model = Model(cfg)
+        # kvpocket's implementation is the `lru` engine: its lockstep checks that profile too
+        # (victim order, pocket pop order), not just the safety spec
+        self.model = Model(cfg.with_order(Order.LRU))
         options = {"eager": eager} if backend == "numpy" else {}
         self.impl = KVCacheManager(cfg, backend=backend, slot_elems=max(8, cfg.tokens_per_block),
                                    backend_options=options)

@@ -321,14 +321,11 @@ def _header_config(header: dict[str, Any], where: str) -> KVConfig:
 
 
 def _error_categories() -> tuple[str, ...]:
-    """What an event's `{"error": ...}` may name: a usage-error category of the model, or
-    the class name of an implementation error that has none (`eventlog.error_category`)."""
-    from kvpocket.impl import exceptions
-
+    """What an event's `{"error": ...}` may name: a usage-error category of the model (the
+    five the model raises; running out of pages is `false`, not an error)."""
     cats = {c.category for c in vars(model_errors).values()
-            if isinstance(c, type) and issubclass(c, model_errors.UsageError)}
-    cats |= {name for name, c in vars(exceptions).items()
-             if isinstance(c, type) and issubclass(c, Exception)}
+            if isinstance(c, type) and issubclass(c, model_errors.UsageError)
+            and c is not model_errors.UsageError}
     return tuple(sorted(cats))
 
 

@@ -4,8 +4,17 @@ Each event (see `trace.parse_events`, docs/adapter-guide.md) is replayed on `Mod
 a chooser that maps the log's labels to the model's candidates. The first event whose
 choice the model rejects (or that the log lacks, or leaves unused), whose result
 differs from the model's, whose observed post-state differs, or after which an invariant
-is violated ends the check, with its line number and the history of every earlier event
-that touched the same slots.
+is violated ends the check, with its line number, the reason and the history of every
+earlier event that touched the same slots.
+
+The configuration's `order` is the policy profile: under the safety spec (`any`) the
+victim of an eviction, the entry a pop takes and the slot an allocation takes are the
+manager's choice. An event that records no `choices` leaves them unknown, so the checker
+tries every victim and pocket choice the spec allows, and for slots the ones the event's
+observed page index shows (then the lowest other one), and keeps every model state that
+fits the event's result and observed fields; the log is rejected when none does.
+More than `MAX_STATES` fitting states (or `MAX_RUNS` tries for one event) is a usage
+error: the log must record its choices.
 """
 
 from __future__ import annotations
@@ -15,21 +24,35 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpocket.model.config import NONE, KVConfig, SeqStatus, num_blocks_for
+from kvpocket.model.api import BELOW
+from kvpocket.model.config import NONE, KVConfig, Order, SeqStatus, num_blocks_for
 from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
-from kvpocket.model.executor import RecordedChooser, Step
+from kvpocket.model.executor import Chooser, RecordedChooser, Step
 from kvpocket.model.logic import count_equal
 from kvpocket.model.machine import Model
-from kvpocket.model.state import State
+from kvpocket.model.state import State, status
 from kvpocket.verify.traces.trace import NO_RESULT, Event, EventStream, ParsedEventLog
 
 Where = tuple[int, int, int]
 HISTORY = 12  # earlier events shown per report (and kept per location)
 PROGRESS_EVERY = 5000
+MAX_STATES = 64  # model states kept that fit a log without choices so far
+MAX_RUNS = 512  # choice sequences tried for one event without choices
+# the policy choices the safety spec leaves to the manager (slots are inferred apart)
+FREE_KINDS = ("victim", "pocket", BELOW)
 
 
 class ConfigTooSmall(Exception):
     """The log needs more sequence slots than the configuration has (a usage error)."""
+
+
+class TooVague(Exception):
+    """Without recorded choices, too many model states fit the log (a usage error)."""
+
+
+# What a verdict counts: the log's claims the model compared (and which it had to take on
+# trust because the log does not make them).
+COUNTED = ("choices", "results", "free", "status", "index", "pocket")
 
 
 @dataclass
@@ -39,6 +62,30 @@ class TraceVerdict:
     line: int | None = None
     kind: str = ""
     report: str = ""
+    compared: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
+    without_choices: int = 0  # events that recorded no choices (the model tried them all)
+    ambiguous: int = 0  # of those, events after which more than one model state fitted
+    order: str = "any"  # the policy profile checked (`KVConfig.order`)
+
+    def summary(self) -> str:
+        """What a valid verdict rests on, in numbers (a zero says what was not checked)."""
+        c = self.compared
+        observed = sum(c[k] for k in ("free", "status", "index", "pocket"))
+        parts = [f"{self.events} events valid under order={self.order}",
+                 f"{c['choices']} logged choices legal and used",
+                 f"{c['results']} results equal to the model's",
+                 f"{observed} observed fields equal to the model's (free {c['free']}, "
+                 f"status {c['status']}, index {c['index']}, pocket {c['pocket']})",
+                 "every invariant holds after every event"]
+        text = "; ".join(parts)
+        if self.without_choices:
+            text += (f"; {self.without_choices} events logged no choices: every victim and "
+                     f"pocket choice the spec allows was tried ({self.ambiguous} left more "
+                     "than one fitting model state)")
+        if not observed:
+            text += "; no observed state was logged: a wrong slot or page index is only " \
+                    "caught when it changes a later result or breaks an invariant"
+        return text
 
 
 @dataclass
@@ -54,6 +101,63 @@ class _Failure(Exception):
         self.kind = kind
         self.lines = lines
         self.focus = focus
+
+
+@dataclass
+class _Fit:
+    """One way the model ran an event that fits the log: its post-state, what it touched,
+    its result, and what of the log it compared."""
+
+    state: State
+    touched: list[tuple[str, set[Where]]]
+    value: object
+    counts: dict[str, int]
+
+
+class _Trying:
+    """A chooser for an event without recorded choices: follows `prefix` (an index into the
+    options of each choice, in order), then the first option; `siblings` are the prefixes
+    of every other sequence from there (depth first). Victim and pocket options are every
+    legal candidate. Slot options are the free slots the event's observed page index
+    shows (the manager's picks, inferred), then the lowest other one: a slot no
+    observation names is interchangeable with any other free one up to renaming."""
+
+    def __init__(self, prefix: list[int], seen_slots: set[int]) -> None:
+        self.prefix = prefix
+        self.seen_slots = seen_slots
+        self.widths: list[int] = []
+
+    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+        options = candidates
+        if kind == "slot":
+            seen = [c for c, x in zip(candidates, labels, strict=True) if x in self.seen_slots]
+            other = next((c for c in candidates if c not in seen), None)
+            options = seen + ([other] if other is not None else [])
+        elif kind not in FREE_KINDS:
+            return candidates[0]
+        i = len(self.widths)
+        self.widths.append(len(options))
+        return options[self.prefix[i] if i < len(self.prefix) else 0]
+
+    def siblings(self) -> list[list[int]]:
+        taken = self.prefix + [0] * (len(self.widths) - len(self.prefix))
+        return [[*taken[:i], alt] for i in range(len(self.prefix), len(self.widths))
+                for alt in range(1, self.widths[i])]
+
+
+class _LogChooser(RecordedChooser):
+    """The log's choices; whether the manager made room one level down for a victim (the
+    safety spec leaves it open) is read off the log: it did iff its next victim is at
+    that level and pool group."""
+
+    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+        if kind != BELOW or len(candidates) == 1:
+            return super().choose(kind, candidates, labels)
+        where = labels[0]  # (level, pool group) below
+        nxt = (self.script or {}).get("victim") or [None]
+        below = isinstance(nxt[0], tuple) and isinstance(where, tuple) \
+            and tuple(int(x) for x in nxt[0][:2]) == where
+        return candidates[0] if below else candidates[1]
 
 
 def loc(w: Where) -> str:
@@ -72,6 +176,15 @@ class EventChecker:
         self.past: dict[Where, deque[_Past]] = {}
         self.touches: dict[Where, int] = {}
         self.retired: set[int] = set()  # closed ids whose model slot was reused
+        # Other model states that fit the log as well as `model.state` does (events without
+        # choices under the safety spec); the representative is `model.state`.
+        self.others: list[State] = []
+        # Where each page last had a slot: a parked page dropped under evict_parked=drop has
+        # none, and its later refusal or drain is filed under that location.
+        self.last_where: dict[int, Where] = {}
+        self.compared: dict[str, int] = dict.fromkeys(COUNTED, 0)
+        self.without_choices = 0
+        self.ambiguous = 0
 
     # ---- sequences -------------------------------------------------------------------
     def _new_slot(self, ev: Event) -> int:
@@ -130,25 +243,95 @@ class EventChecker:
                 params["stream"] = self.cfg.num_sequences
             elif stream in self.slot_of and stream not in self.retired:
                 params["stream"] = self.slot_of[stream]
+            elif stream in self.retired:
+                # closed, and its model slot now serves another id: the stream's last work
+                # is not told apart from the new sequence's, so nothing completes (stricter)
+                self._note(ev, [])
+                return
             else:
-                self._note(ev, [])  # an unknown stream has no outstanding work
+                self._expect(ev, {"error": "unknown_sequence"},
+                             f"stream {stream} is no created sequence's id and not \"copy\"",
+                             required=True)
+                self._note(ev, [])
                 return
         self._run(ev, ev.action, params)
 
-    def _expect(self, ev: Event, got: object, why: str) -> None:
-        if ev.result is not NO_RESULT and ev.result != got:
+    def _expect(self, ev: Event, got: object, why: str, required: bool = False) -> None:
+        """The event's result must be `got`; `required`: a log that reports no result is
+        rejected too (the model's answer is an error the manager must have raised)."""
+        if ev.result is NO_RESULT and not required:
+            return
+        self.compared["results"] += ev.result is not NO_RESULT
+        if ev.result != got:
             raise _Failure("different result", [
                 f"the log reports {_show(ev.result)}; the model: {_show(got)} ({why})"], set())
 
+    # ---- running one event on every state that fits so far ---------------------------
     def _run(self, ev: Event, action: str, params: dict[str, Any]) -> None:
+        """Run the event on each model state that fits the log so far, under every choice
+        sequence the log leaves open; keep the post-states that fit this event too."""
         m = self.model
+        open_choices = ev.choices is None
+        fits: list[_Fit] = []
+        first: _Failure | None = None
+        runs = 0
+        seen = {x for row in (ev.observed or {}).get("index", []) for x in row if x >= 0}
+        for pre in [m.state, *self.others]:
+            prefixes: list[list[int]] = [[]]
+            while prefixes:
+                runs += 1
+                if runs > MAX_RUNS:
+                    raise TooVague(
+                        f"line {ev.line}: {ev.describe()}: without recorded choices more than "
+                        f"{MAX_RUNS} runs (model states that fit so far, times the victim, "
+                        "pocket and slot choices left open) must be tried; log "
+                        "the event's \"choices\" (docs/adapter-guide.md), or check with "
+                        "--order lru if the manager evicts in LRU order")
+                prefix = prefixes.pop()
+                chooser: Chooser = _Trying(prefix, seen) if open_choices \
+                    else self._recorded(ev)
+                m.state = pre
+                try:
+                    fits.append(self._attempt(ev, action, params, chooser, pre))
+                except _Failure as f:
+                    first = first or f
+                if isinstance(chooser, _Trying):
+                    prefixes.extend(chooser.siblings())
+        if not fits:
+            assert first is not None
+            if runs > 1:
+                first.lines.append(f"(none of {runs} runs fits: each model state that fitted "
+                                   "the log so far, under each choice the log leaves open; "
+                                   "the first is shown)")
+            raise first
+        kept: list[_Fit] = []
+        for fit in fits:
+            if all(fit.state != k.state for k in kept):
+                kept.append(fit)
+        if len(kept) > MAX_STATES:
+            raise TooVague(
+                f"line {ev.line}: {ev.describe()}: without recorded choices {len(kept)} model "
+                f"states fit the log so far (at most {MAX_STATES} are followed); log the "
+                "events' \"choices\" or more \"observed\" fields (docs/adapter-guide.md)")
+        best = kept[0]
+        m.state, self.others = best.state, [k.state for k in kept[1:]]
+        for k, n in best.counts.items():
+            self.compared[k] += n
+        self.without_choices += open_choices
+        self.ambiguous += len(kept) > 1
+        self._note(ev, best.touched if best.value is not False else [], best.value)
+
+    def _recorded(self, ev: Event) -> RecordedChooser:
         script: dict[str, list[object]] | None = None
         if ev.choices is not None:
             script = {}
             for kind, label in ev.choices:
                 script.setdefault(kind, []).append(label)
-        chooser = RecordedChooser(script, by="label", on_missing="raise")
-        pre = m.state
+        return _LogChooser(script, by="label", on_missing="raise")
+
+    def _attempt(self, ev: Event, action: str, params: dict[str, Any], chooser: Chooser,
+                 pre: State) -> _Fit:
+        m = self.model
         try:
             result = m.run(action, params, chooser)
         except ChoiceRejected as exc:
@@ -156,6 +339,7 @@ class EventChecker:
             raise _Failure("the model rejects the log's choice", [
                 f"the log chose {exc.kind} {_show_label(exc.choice)}; the model's legal "
                 f"{exc.kind} choices here: {_show_labels(exc.legal)}",
+                *self._why_illegal(exc.kind, exc.choice, exc.legal, m.last_post),
                 *self._partial(pre, m.last_steps)],
                 focus | self._touched_all(pre, m.last_post, m.last_steps)) from None
         except MissingChoice as exc:
@@ -169,30 +353,99 @@ class EventChecker:
                            self._touched_all(pre, m.last_post, m.last_steps)) from None
         value: object = result.value if result.error is None \
             else {"error": result.error.category}
-        touched = self._touched(pre, m.state, m.last_steps)
+        post = m.state
+        touched = self._touched(pre, post, m.last_steps)
         focus = set().union(*(t for _, t in touched)) if touched else set()
-        self._expect(ev, value, "as the model computes it")
+        counts = dict.fromkeys(COUNTED, 0)
+        if ev.result is not NO_RESULT:
+            counts["results"] = 1
+            if ev.result != value:
+                # what the model did (or tried, before it ran out) shows where they differ
+                tried = self._touched(pre, m.last_post, m.last_steps) if value is False \
+                    else touched
+                lines = [f"the log reports {_show(ev.result)}; the model: {_show(value)} "
+                         f"({self._why(action, params, value, pre)})"]
+                if tried:
+                    lines += ["the model's page actions in this event"
+                              + (" before it gave up:" if value is False else ":"),
+                              *(f"  {d}" for d, _ in tried)]
+                raise _Failure("different result", lines,
+                               set().union(*(t for _, t in tried)) if tried else set())
         # A call that fails (OutOfPages) may explore more victims before giving up than the
         # model does; only a successful call must use every recorded choice.
-        left = chooser.left() if value is not False else {}
-        if left:
-            shown = "; ".join(f"{k}: {_show_labels(v)}" for k, v in left.items())
-            raise _Failure("the log records choices the model does not make",
-                           [f"unused: {shown}", *self._partial(pre, m.last_steps)], focus)
+        if isinstance(chooser, RecordedChooser) and ev.choices is not None:
+            left = chooser.left() if value is not False else {}
+            if left:
+                shown = "; ".join(f"{k}: {_show_labels(v)}" for k, v in left.items())
+                raise _Failure("the log records choices the model does not make", [
+                    f"unused: {shown}", *self._unused_hint(action, params, pre),
+                    *self._partial(pre, m.last_steps)], focus)
+            counts["choices"] = len(ev.choices) - sum(len(v) for v in chooser.left().values())
         if ev.observed is not None:
-            self._check_observed(ev, focus)
+            counts.update(self._check_observed(ev, focus))
         bad = m.violations("api")
         if bad:
             raise _Failure("an invariant is violated after this event", [
                 *(f"{i.name}: {i.statement}" for i in bad),
                 "the model's page actions in this event:", *(f"  {d}" for d, _ in touched)],
                 focus)
-        self._note(ev, touched if value is not False else [], value)
+        return _Fit(post, touched, value, counts)
+
+    def _free_before(self, params: dict[str, Any], pre: State) -> int:
+        lay = self.model.layout
+        return sum(1 for i in lay.slot_range(params["level"], params["pool_group"])
+                   if pre.slot_owner[i] == NONE)
+
+    def _why(self, action: str, params: dict[str, Any], value: object, pre: State) -> str:
+        """Why the model's result is what it is: the reason it ran out, or what it did."""
+        if value is False:
+            return f"it ran out: {self.model.last_failure}"
+        if value is True and action == "pressure":
+            free = self._free_before(params, pre)
+            return (f"pressure's slots is the number of free slots to reach, not the number "
+                    f"freed: {free} were free before, so the model evicted "
+                    f"{max(0, params['slots'] - free)} pages")
+        return "as the model computes it"
+
+    def _unused_hint(self, action: str, params: dict[str, Any], pre: State) -> list[str]:
+        if action != "pressure":
+            return []
+        return [f"pressure's slots ({params['slots']}) is the number of free slots to reach, "
+                f"not the number freed: {self._free_before(params, pre)} were free before "
+                "the event"]
+
+    def _why_illegal(self, kind: str, label: object, legal: list[object], s: State
+                     ) -> list[str]:
+        """Why the model cannot use a logged choice: what sits at the label's location."""
+        lay, cfg, ops = self.model.layout, self.cfg, self.model.ops
+        if kind == "slot" or not isinstance(label, tuple):
+            return []
+        level, pg, slot = (int(x) for x in label)
+        if not (0 <= level < cfg.num_levels and 0 <= pg < cfg.num_pool_groups
+                and 0 <= slot < cfg.slots_per_level[level]):
+            return [f"{loc((level, pg, slot))} is no slot of the configuration"]
+        owner = s.slot_owner[lay.slot_ix(ops, level, pg, slot)]
+        if owner == NONE:
+            return [f"no page sits at {loc((level, pg, slot))} in the model"]
+        facts = [("LOCKED", "HELD", "DROPPABLE")[int(status(ops, s, owner))],
+                 "queued for eviction" if s.queued[owner] else "not queued for eviction"]
+        if s.dst_level[owner] != NONE:
+            facts.append("migrating")
+        if owner in s.pocket:
+            facts.append("parked in a pocket")
+        places = {(int(x[0]), int(x[1])) for x in legal if isinstance(x, tuple)}
+        if kind == "victim" and places and (level, pg) not in places:
+            facts.append("but this eviction takes from (level, pool group) "
+                         + ", ".join(str(x) for x in sorted(places)))
+        elif kind == "victim" and s.queued[owner] and self.cfg.order == Order.LRU:
+            facts.append("not the head of its queue (order=lru)")
+        return [f"the page at {loc((level, pg, slot))} in the model is {', '.join(facts)}"]
 
     def _note(self, ev: Event, touched: list[tuple[str, set[Where]]],
               value: object = NO_RESULT) -> None:
         if not touched:
             return  # an event that touched no location is in no location's history
+
         shown = ev.result if ev.result is not NO_RESULT else value
         text = ev.describe() + ("" if shown is NO_RESULT else f" -> {_show(shown)}")
         past = _Past(ev.line, text, touched)
@@ -201,10 +454,13 @@ class EventChecker:
             self.touches[w] = self.touches.get(w, 0) + 1
 
     # ---- observed state ---------------------------------------------------------------
-    def _check_observed(self, ev: Event, focus: set[Where]) -> None:
+    def _check_observed(self, ev: Event, focus: set[Where]) -> dict[str, int]:
+        """Compare the event's observed fields with the model's post-state; how many of
+        each were compared (a field of an event without `seq` is not)."""
         obs = ev.observed or {}
         m, s, lay = self.model, self.model.state, self.model.layout
         diffs: list[str] = []
+        counts = {"free": len(obs.get("free", []))}
         for level, pg, n in obs.get("free", []):
             if not (0 <= level < self.cfg.num_levels and 0 <= pg < self.cfg.num_pool_groups):
                 diffs.append(f"free slots at level {level}, pool group {pg}: no such pool")
@@ -216,6 +472,8 @@ class EventChecker:
         seq = ev.params.get("seq")
         q = self.slot_of.get(seq) if isinstance(seq, int) else None
         if q is not None:
+            counts.update(status=int("status" in obs), index=len(obs.get("index", [])),
+                          pocket=len(obs.get("pocket", [])))
             status = SeqStatus(s.seq_status[q]).name
             if "status" in obs and obs["status"] != status:
                 diffs.append(f"status of sequence {seq}: log {obs['status']}, model {status}")
@@ -234,6 +492,7 @@ class EventChecker:
                                  f"model {want_pocket}")
         if diffs:
             raise _Failure("the observed post-state differs from the model's", diffs, focus)
+        return counts
 
     def _pocket(self, s: State, q: int, lc: int) -> list[int]:
         lay = self.model.layout
@@ -241,6 +500,7 @@ class EventChecker:
         return [p for p in ids if p != NONE]
 
     # ---- locations ----------------------------------------------------------------------
+
     def _where(self, s: State, p: int) -> Where:
         return (int(s.level[p]), self.cfg.pool_group_of(s.lc[p]), int(s.slot[p]))
 
@@ -254,17 +514,27 @@ class EventChecker:
             page = prm.get("page")
             if st.action in ("pop", "drain"):
                 page = pre.pocket[lay.pocket_ix(ops, prm["seq"], prm["lc"], prm["k"])]
+            note = ""
             if page is not None and page != NONE:
                 for s in (pre, post):
                     if s.alive[page] and s.slot[page] >= 0:
                         locs.add(self._where(s, page))
+                if locs:
+                    self.last_where[page] = min(locs)
+                elif page in self.last_where:
+                    # a parked page dropped under evict_parked=drop: no slot any more; its
+                    # history is the slot it had (labelled [level, pool_group, -1] in logs)
+                    locs.add(self.last_where[page])
+                    note = " (the page has no slot: it was dropped there)"
             if st.action == "allocate":
                 locs.add((0, self.cfg.pool_group_of(prm["lc"]), prm["slot"]))
             if st.action in ("evict_begin", "onboard_begin") and page is not None:
                 dst = pre.level[page] + 1 if st.action == "evict_begin" else 0
                 locs.add((int(dst), self.cfg.pool_group_of(pre.lc[page]), prm["dst_slot"]))
             if locs:
-                out.append((f"{st.action} {' '.join(loc(w) for w in sorted(locs))}", locs))
+                out.append((f"{st.action} {' '.join(loc(w) for w in sorted(locs))}{note}", locs))
+            elif page is not None and page != NONE:
+                out.append((f"{st.action} (page {page}, without a slot)", locs))
         return out
 
     def _touched_all(self, pre: State, post: State, steps: list[Step]) -> set[Where]:
@@ -284,6 +554,11 @@ class EventChecker:
         shown = [f"{d}" for d, _ in self._touched(pre, pre, steps)]
         return ["the model's page actions in this event before it stopped:",
                 *(f"  {x}" for x in shown or [st.action for st in steps])]
+
+    def verdict(self, ok: bool, events: int, line: int | None = None, kind: str = "",
+                report: str = "") -> TraceVerdict:
+        return TraceVerdict(ok, events, line, kind, report, dict(self.compared),
+                            self.without_choices, self.ambiguous, self.cfg.order.value)
 
     def history(self, focus: set[Where], limit: int = HISTORY) -> list[str]:
         """The earlier events that touched a location in `focus` (the last `limit`)."""
@@ -320,8 +595,8 @@ def check_events(log: ParsedEventLog | EventStream, cfg: KVConfig | None = None,
                 lines.append(f"history of the locations involved ({where}; "
                              "as [level, pool_group, slot]):")
                 lines.extend(hist or ["  (no earlier event touched them)"])
-            return TraceVerdict(False, n, ev.line, f.kind, "\n".join(lines))
-    return TraceVerdict(True, n)
+            return checker.verdict(False, n, ev.line, f.kind, "\n".join(lines))
+    return checker.verdict(True, n)
 
 
 def _show(v: object) -> str:
