@@ -41,7 +41,7 @@ class TargetConfig:
     groups: tuple[str, ...]  # "full" or "swa", one per KV cache group
     sliding_window: int
     max_model_len: int
-    description: str = ""
+    description: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "block_size": self.block_size, "num_blocks": self.num_blocks,

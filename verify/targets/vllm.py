@@ -40,8 +40,8 @@ PRESETS: dict[str, TargetConfig] = {
                      "pool (the hybrid allocator), window of 2 blocks"),
         TargetConfig("swa", block_size=2, num_blocks=6, groups=("swa",), sliding_window=5,
                      max_model_len=20,
-                     description="sliding window only, window 5 tokens: (w-1) mod t = 0 "
-                     "not assumed"),
+                     description="sliding window only, window 5 tokens: (w-1) mod t = 0, so "
+                     "a block leaves the window on the step that starts a new one"),
         TargetConfig("full", block_size=2, num_blocks=8, groups=("full",), sliding_window=0,
                      max_model_len=16, description="full attention only"),
     )
