@@ -47,6 +47,7 @@ def test_the_pinned_version_passes_every_check(preset: str) -> None:
     reached = report.coverage
     assert reached.get("cached_block_verified", 0) > 0  # the hash-map content check ran
     assert reached.get("prefill_chunk", 0) > 0 and reached.get("decode", 0) > 0
+    assert reached.get("trace_events_checked", 0) > 0  # the event log went through trace check
 
 
 def test_a_block_freed_one_step_early_is_found_and_shrunk(tmp_path: Path) -> None:

@@ -78,4 +78,5 @@ class StampArray:
         return [(lo + int(i), int(blocks[i]), int(got[i]), int(want[i])) for i in bad]
 
     def block_row(self, block: int) -> npt.NDArray[np.int64]:
-        return self.cells[block]
+        row: npt.NDArray[np.int64] = self.cells[block]
+        return row
