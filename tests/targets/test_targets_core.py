@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 from kvpocket.verify.cli.commands import main
 from kvpocket.verify.targets.campaign import ReproducerError, read_reproducer
-from kvpocket.verify.targets.oracle import PrefixStamps, StampArray
+from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm import vllm_available
 from kvpocket.verify.targets.workload import Op, Requests, WorkloadShape, ops_strategy
 

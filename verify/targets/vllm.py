@@ -5,7 +5,7 @@ own unit tests do (no GPU, no model: a `KVCacheConfig` with tiny attention specs
 caching on) and `VllmInstance.step` plays the scheduler's part for one workload op:
 `get_computed_blocks` + `allocate_slots` to admit, `allocate_slots` per prefill chunk or
 decode token, `free` to preempt or finish, `reset_prefix_cache`. After every op it runs
-the checks of `docs/targets/vllm.md`: the stamp-array data oracle (`oracle.py`), the
+the checks of `docs/targets/vllm.md`: the stamp-array data oracle (`data_oracle.py`), the
 pool's own invariants (`vllm_pool.py`) and, at the end of a run, the event log's mapping
 to the kvpocket model (`vllm_eventlog.py`).
 
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvpocket.verify.targets.base import CheckFailure, StepStats, TargetConfig, TargetUnavailable
-from kvpocket.verify.targets.oracle import PrefixStamps, StampArray
+from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm_eventlog import EventLogWriter, check_event_log
 from kvpocket.verify.targets.vllm_pool import PoolView, check_pool
 from kvpocket.verify.targets.workload import Op, Request, Requests

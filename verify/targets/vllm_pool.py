@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from kvpocket.verify.targets.base import CheckFailure, StepStats, TargetConfig
-from kvpocket.verify.targets.oracle import StampArray
+from kvpocket.verify.targets.data_oracle import StampArray
 
 
 class PoolView:
