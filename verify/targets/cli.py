@@ -72,6 +72,10 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
     if name not in presets:
         raise error(f"argument --config: expected one of {', '.join(presets)} for target "
                     f"{args.target}, got {name!r}")
+    try:
+        target.build(presets[name])  # imports the engine: a broken install is a usage error
+    except TargetUnavailable as exc:
+        raise error(f"argument --target: {exc}") from None
     print(f"{args.target} {version}", flush=True)
     if replay is not None:
         from kvpocket.verify.targets.base import CheckFailure
