@@ -58,6 +58,11 @@ class TargetConfig:
         return WorkloadShape(block_size=self.block_size, max_len=self.max_model_len)
 
 
+# The coverage key every target counts once per call that schedules tokens (an admission
+# or a running request's step): reports give scheduler steps per second from it.
+SCHEDULER_STEP = "scheduler_step"
+
+
 @dataclass
 class StepStats:
     """What the steps of one run reached, for the campaign's coverage line."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from kvpocket.verify.targets.base import CheckFailure, Target, TargetConfig
+from kvpocket.verify.targets.base import SCHEDULER_STEP, CheckFailure, Target, TargetConfig
 from kvpocket.verify.targets.workload import Op, ops_strategy
 
 DEFAULT_STEPS = 40
@@ -53,7 +53,13 @@ class TargetReport:
 
     @property
     def steps_per_second(self) -> float:
+        """Ops per second."""
         return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def scheduler_steps_per_second(self) -> float:
+        steps = self.coverage.get(SCHEDULER_STEP, 0)
+        return steps / self.seconds if self.seconds > 0 else 0.0
 
     def headline(self) -> str:
         return f"{self.target} {self.version}: config {self.config}, seed {self.seed}"
@@ -63,6 +69,7 @@ class TargetReport:
         if self.failure is not None:
             d["failure"]["ops"] = [op.to_json() for op in self.failure.ops]
         d["steps_per_second"] = round(self.steps_per_second, 1)
+        d["scheduler_steps_per_second"] = round(self.scheduler_steps_per_second, 1)
         return d
 
 

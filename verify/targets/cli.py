@@ -105,7 +105,8 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
 def print_report(report: TargetReport) -> None:
     print(report.headline())
     print(f"  examples {report.examples}, ops {report.steps}, {report.seconds:.1f} s, "
-          f"{report.steps_per_second:,.0f} ops/s")
+          f"{report.steps_per_second:,.0f} ops/s, "
+          f"{report.scheduler_steps_per_second:,.0f} scheduler steps/s")
     print("  reached: " + ", ".join(f"{k} {v}" for k, v in sorted(report.coverage.items())))
     f = report.failure
     if f is None:

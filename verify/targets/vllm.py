@@ -23,7 +23,13 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kvpocket.verify.targets.base import CheckFailure, StepStats, TargetConfig, TargetUnavailable
+from kvpocket.verify.targets.base import (
+    SCHEDULER_STEP,
+    CheckFailure,
+    StepStats,
+    TargetConfig,
+    TargetUnavailable,
+)
 from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm_eventlog import EventLogWriter, check_event_log
 from kvpocket.verify.targets.vllm_pool import PoolView, check_pool
@@ -213,6 +219,7 @@ class VllmInstance:
             self.prefix.of(req.tokens, self.prefix_ids[req.rid])
         start = req.computed
         self.events.before(req)
+        self.stats.hit(SCHEDULER_STEP)
         got = self.mgr.allocate_slots(vreq, n)
         if got is None:  # out of blocks: the scheduler preempts (here: this request)
             self.stats.hit("out_of_blocks")
@@ -232,6 +239,7 @@ class VllmInstance:
         if n <= 0:  # the whole request hit (vLLM caps hits below num_tokens; be safe)
             n = 1
         self.events.before(req)
+        self.stats.hit(SCHEDULER_STEP)
         got = self.mgr.allocate_slots(vreq, n, hit, blocks)
         if got is None:
             self.stats.hit("admission_refused")
@@ -333,7 +341,11 @@ class VllmInstance:
         """Record what the request's block hashes stand for (vLLM computes them from the
         request's own tokens; the content is our prefix ids)."""
         bs = self.cfg.block_size
-        hashes = self.vreqs[rid].block_hashes
+        vreq = self.vreqs[rid]
+        # Before about 0.10.2 the manager, not the request, kept a request's hashes.
+        hashes = getattr(vreq, "block_hashes", None)
+        if hashes is None:
+            hashes = getattr(self.mgr, "req_to_block_hashes", {}).get(rid, [])
         ids = self.prefix_ids[rid]
         for i in range(self.hashed_upto.get(rid, 0), len(hashes)):
             self.hash_content.setdefault(hashes[i], tuple(ids[i * bs:(i + 1) * bs]))
