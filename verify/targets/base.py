@@ -33,7 +33,8 @@ class CheckFailure(AssertionError):
 class TargetConfig:
     """A small geometry every target understands: one pool of `num_blocks` blocks of
     `block_size` tokens (the engine's null block, if it has one, included), the attention
-    kinds of its groups, the sliding window in tokens, the longest request."""
+    kinds of its groups, the sliding window in tokens, the longest request, and whether
+    the engine runs with EAGLE (which changes how prefix hits end)."""
 
     name: str
     block_size: int
@@ -41,18 +42,19 @@ class TargetConfig:
     groups: tuple[str, ...]  # "full" or "swa", one per KV cache group
     sliding_window: int
     max_model_len: int
+    eagle: bool = False  # the engine keeps room for EAGLE speculative decoding
     description: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "block_size": self.block_size, "num_blocks": self.num_blocks,
                 "groups": list(self.groups), "sliding_window": self.sliding_window,
-                "max_model_len": self.max_model_len}
+                "max_model_len": self.max_model_len, "eagle": self.eagle}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> TargetConfig:
         return TargetConfig(str(d["name"]), int(d["block_size"]), int(d["num_blocks"]),
                             tuple(str(g) for g in d["groups"]), int(d["sliding_window"]),
-                            int(d["max_model_len"]))
+                            int(d["max_model_len"]), bool(d.get("eagle", False)))
 
     def shape(self) -> WorkloadShape:
         return WorkloadShape(block_size=self.block_size, max_len=self.max_model_len)

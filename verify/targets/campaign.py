@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -84,6 +85,9 @@ def run_ops(target: Target, cfg: TargetConfig, ops: list[Op],
         except CheckFailure as exc:
             raise CheckFailure(exc.check, f"{exc.detail} (after op {i + 1} of {len(ops)}: {op})"
                                ) from None
+        except Exception as exc:  # the engine refused its own state (an assertion, ...)
+            raise CheckFailure("engine", f"{_raised_where(exc)} (in op {i + 1} of {len(ops)}: "
+                               f"{op})") from None
         if on_step is not None:
             on_step()
     try:
@@ -91,6 +95,13 @@ def run_ops(target: Target, cfg: TargetConfig, ops: list[Op],
     except CheckFailure as exc:
         raise CheckFailure(exc.check, f"{exc.detail} (at the end of the run)") from None
     return inst.stats.counts
+
+
+def _raised_where(exc: BaseException) -> str:
+    """`Type: message at file:line`, the innermost frame: where the engine gave up."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno} ({tb[-1].name})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def run_campaign(target: Target, cfg: TargetConfig, *, examples: int, steps: int = DEFAULT_STEPS,

@@ -50,6 +50,10 @@ PRESETS: dict[str, TargetConfig] = {
                      "a block leaves the window on the step that starts a new one"),
         TargetConfig("full", block_size=2, num_blocks=8, groups=("full",), sliding_window=0,
                      max_model_len=16, description="full attention only"),
+        TargetConfig("swa-eagle", block_size=2, num_blocks=8, groups=("swa",),
+                     sliding_window=4, max_model_len=20, eagle=True,
+                     description="sliding window with EAGLE on: a prefix hit drops its "
+                     "last block"),
     )
 }
 
@@ -85,7 +89,11 @@ class _Api:
             self.iface: Any = importlib.import_module("vllm.v1.kv_cache_interface")
             self.request: Any = importlib.import_module("vllm.v1.request")
             self.sampling: Any = importlib.import_module("vllm.sampling_params")
-            self.single: Any = importlib.import_module("vllm.v1.core.single_type_kv_cache_manager")
+            try:
+                self.single: Any = importlib.import_module(
+                    "vllm.v1.core.single_type_kv_cache_manager")
+            except ImportError:  # its name before 0.9
+                self.single = importlib.import_module("vllm.v1.core.specialized_manager")
         except ImportError as exc:
             raise TargetUnavailable(f"{INSTALL_HINT} ({exc})") from None
         hashing: Any
@@ -95,7 +103,8 @@ class _Api:
             hashing = importlib.import_module("vllm.utils")
         logging.getLogger("vllm").setLevel(logging.ERROR)
         self.hash_fn: Callable[[Any], Any] = hashing.sha256
-        self.utils.init_none_hash(self.hash_fn)
+        if hasattr(self.utils, "init_none_hash"):  # since about 0.9
+            self.utils.init_none_hash(self.hash_fn)
 
 
 _API: _Api | None = None
@@ -109,9 +118,15 @@ def api() -> _Api:
 
 
 def _accepted(fn: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
-    """Only the keyword arguments `fn` takes (constructors differ between versions)."""
+    """Only the keyword arguments `fn` takes (constructors differ between versions), and
+    None for any other parameter it requires (older releases require multimodal fields)."""
     params = inspect.signature(fn).parameters
-    return {k: v for k, v in kwargs.items() if k in params}
+    out = {k: v for k, v in kwargs.items() if k in params}
+    for name, p in params.items():
+        if name != "self" and name not in out and p.default is p.empty \
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            out[name] = None
+    return out
 
 
 class VllmInstance:
@@ -137,6 +152,8 @@ class VllmInstance:
         self.hash_content: dict[Any, tuple[int, ...]] = {}
         self.hashed_upto: dict[str, int] = {}
         self.mgr = self._build_manager(a)
+        self._takes_hit_length = "num_new_computed_tokens" in inspect.signature(
+            self.mgr.allocate_slots).parameters
         self.pool = PoolView(a.utils, self.mgr, cfg)
         if swa_manager_class is not None:
             for m in self.pool.managers:
@@ -150,25 +167,32 @@ class VllmInstance:
         groups = []
         for i, kind in enumerate(cfg.groups):
             common = dict(block_size=cfg.block_size, num_kv_heads=1, head_size=1,
-                          dtype=a.torch.float32)
+                          dtype=a.torch.float32, use_mla=False)
             if kind == "swa":
-                spec = a.iface.SlidingWindowSpec(**common, sliding_window=cfg.sliding_window)
+                cls = a.iface.SlidingWindowSpec
+                spec = cls(**_accepted(cls.__init__, **common, sliding_window=cfg.sliding_window))
             else:
-                spec = a.iface.FullAttentionSpec(**common)
+                cls = a.iface.FullAttentionSpec
+                spec = cls(**_accepted(cls.__init__, **common))
             groups.append(a.iface.KVCacheGroupSpec([f"layer{i}"], spec))
-        kv_config = a.iface.KVCacheConfig(num_blocks=cfg.num_blocks, kv_cache_tensors=[],
-                                          kv_cache_groups=groups)
-        kwargs = _accepted(a.kvm.KVCacheManager.__init__, max_model_len=cfg.max_model_len,
+        kv_config = a.iface.KVCacheConfig(**_accepted(
+            a.iface.KVCacheConfig.__init__, num_blocks=cfg.num_blocks, kv_cache_tensors=[],
+            tensors={}, kv_cache_groups=groups))
+        kwargs = _accepted(a.kvm.KVCacheManager.__init__, kv_cache_config=kv_config,
+                           max_model_len=cfg.max_model_len,
                            scheduler_block_size=cfg.block_size, hash_block_size=cfg.block_size,
-                           enable_caching=True, enable_kv_cache_events=True)
-        return a.kvm.KVCacheManager(kv_config, **kwargs)
+                           enable_caching=True, enable_kv_cache_events=True,
+                           use_eagle=cfg.eagle)
+        return a.kvm.KVCacheManager(**kwargs)
 
     # -- the scheduler's part ---------------------------------------------------------
 
     def _vllm_request(self, req: Request) -> Any:
         a = self.api
         sp = a.sampling.SamplingParams(max_tokens=self.cfg.max_model_len)
-        hasher = a.utils.get_request_block_hasher(self.cfg.block_size, a.hash_fn)
+        # Before about 0.10 the manager hashed requests itself.
+        hasher = a.utils.get_request_block_hasher(self.cfg.block_size, a.hash_fn) \
+            if hasattr(a.utils, "get_request_block_hasher") else None
         kwargs = _accepted(a.request.Request.__init__, request_id=req.rid,
                            prompt_token_ids=list(req.tokens), sampling_params=sp,
                            pooling_params=None, block_hasher=hasher, eos_token_id=None,
@@ -234,13 +258,18 @@ class VllmInstance:
         hit = int(hit)
         if hit:
             self.stats.hit("prefix_hit")
-            self._check_hit(req, blocks.get_block_ids(), hit)
+            ids = [[b.block_id for b in blocks]] if isinstance(blocks, list) \
+                else blocks.get_block_ids()  # a plain list before 0.9
+            self._check_hit(req, ids, hit)
         n = min(budget, len(req.tokens) - hit)
         if n <= 0:  # the whole request hit (vLLM caps hits below num_tokens; be safe)
             n = 1
         self.events.before(req)
         self.stats.hit(SCHEDULER_STEP)
-        got = self.mgr.allocate_slots(vreq, n, hit, blocks)
+        if self._takes_hit_length:
+            got = self.mgr.allocate_slots(vreq, n, hit, blocks)
+        else:  # before 0.9 the hit length followed from the blocks
+            got = self.mgr.allocate_slots(vreq, n, blocks)
         if got is None:
             self.stats.hit("admission_refused")
             return
@@ -252,7 +281,7 @@ class VllmInstance:
     def _compute(self, req: Request, vreq: Any, start: int, end: int) -> None:
         """The model runs tokens [start, end): their KV is written through the block
         table, then attention reads back everything it attends to."""
-        tables = self.mgr.get_block_ids(req.rid)
+        tables = self.pool.block_ids(req.rid)
         ids = self.prefix_ids[req.rid]
         null = self.pool.null_id
         for g, table in enumerate(tables):
@@ -357,7 +386,7 @@ class VllmInstance:
         check_pool(self.pool, self.stamps, self.hash_content, self.stats)
         for req in self.requests.live:
             if req.running and req.computed:
-                tables = self.mgr.get_block_ids(req.rid)
+                tables = self.pool.block_ids(req.rid)
                 # The next query (at `computed`) reads its window of computed tokens.
                 self._check_reads(req, tables, first_query=req.computed, end=req.computed,
                                   what="the next step's attention")

@@ -97,10 +97,10 @@ class EventLogWriter:
 
     def _free_slots(self) -> int:
         return sum(1 for b in self.pool.pool.blocks
-                   if not b.is_null and b.ref_cnt == 0 and not self.pool.keys_of(b))
+                   if not self.pool.is_null(b) and b.ref_cnt == 0 and not self.pool.keys_of(b))
 
     def _tables(self, rid: str) -> list[list[int]]:
-        return [[b.block_id for b in m.req_to_blocks.get(rid, ())] for m in self.pool.managers]
+        return self.pool.block_ids(rid)
 
     def _observed(self, rid: str, capacity: int) -> dict[str, Any]:
         n = -(-capacity // self.cfg.block_size)

@@ -36,9 +36,14 @@ class PoolView:
         self.cfg = cfg
         self.pool: Any = mgr.block_pool
         coordinator = getattr(mgr, "coordinator", None)
+        # Before the hybrid allocator (0.10) the manager kept one group's tables itself.
         self.managers: tuple[Any, ...] = tuple(coordinator.single_type_managers) \
-            if coordinator is not None else (mgr.single_type_manager,)
-        self.null_id: int = int(self.pool.null_block.block_id)
+            if coordinator is not None else (mgr,)
+        self.null_block: Any = self.pool.null_block
+        self.null_id: int = int(self.null_block.block_id)
+
+    def is_null(self, block: Any) -> bool:
+        return block is self.null_block
 
     def split_key(self, key: Any) -> tuple[Any, int]:
         """(block hash, group id) of a hash-map key."""
@@ -76,6 +81,10 @@ class PoolView:
             b = b.next_free_block
         return out
 
+    def block_ids(self, rid: str) -> list[list[int]]:
+        """The request's block table, one row of block ids per group."""
+        return [[b.block_id for b in m.req_to_blocks.get(rid, ())] for m in self.managers]
+
     def num_cached(self) -> int:
         return sum(1 for _ in self.cached_entries())
 
@@ -90,15 +99,15 @@ def check_pool(view: PoolView, stamps: StampArray, hash_content: dict[Any, tuple
                stats: StepStats) -> None:
     pool = view.pool
     null = pool.null_block
-    if not null.is_null or view.null_id != 0:
-        raise CheckFailure("pool", f"the null block is block {view.null_id} (is_null "
-                           f"{null.is_null}); vLLM reserves block 0")
+    if view.null_id != 0 or not getattr(null, "is_null", True):
+        raise CheckFailure("pool", f"the null block is block {view.null_id}, not marked as "
+                           "null; vLLM reserves block 0")
 
     refs: Counter[int] = Counter()
     for _, _, blocks in view.tables():
-        refs.update(b.block_id for b in blocks if not b.is_null)
+        refs.update(b.block_id for b in blocks if not view.is_null(b))
     for b in pool.blocks:
-        if b.is_null:
+        if view.is_null(b):
             continue
         if b.ref_cnt != refs[b.block_id]:
             holders = [f"{rid}/group {g}" for g, rid, blocks in view.tables()
@@ -113,7 +122,7 @@ def check_pool(view: PoolView, stamps: StampArray, hash_content: dict[Any, tuple
         raise CheckFailure("pool", f"block {dup} is in the free queue twice: {ids}")
     if view.null_id in ids:
         raise CheckFailure("pool", f"the null block is in the free queue: it can be handed out ({ids})")
-    zero = {b.block_id for b in pool.blocks if not b.is_null and b.ref_cnt == 0}
+    zero = {b.block_id for b in pool.blocks if not view.is_null(b) and b.ref_cnt == 0}
     if set(ids) != zero:
         extra, missing = sorted(set(ids) - zero), sorted(zero - set(ids))
         raise CheckFailure("pool", "the free queue is not the set of blocks with ref_cnt 0: "
