@@ -100,7 +100,8 @@ class EventLogWriter:
                    if not self.pool.is_null(b) and b.ref_cnt == 0 and not self.pool.keys_of(b))
 
     def _tables(self, rid: str) -> list[list[int]]:
-        return self.pool.block_ids(rid)
+        tables: list[list[int]] = self.pool.block_ids(rid)
+        return tables
 
     def _observed(self, rid: str, capacity: int) -> dict[str, Any]:
         n = -(-capacity // self.cfg.block_size)
