@@ -54,6 +54,9 @@ PRESETS: dict[str, TargetConfig] = {
                      sliding_window=4, max_model_len=20, eagle=True,
                      description="sliding window with EAGLE on: a prefix hit drops its "
                      "last block"),
+        TargetConfig("hybrid-eagle", block_size=2, num_blocks=11, groups=("full", "swa"),
+                     sliding_window=4, max_model_len=20, eagle=True,
+                     description="the hybrid preset with EAGLE on"),
     )
 }
 
