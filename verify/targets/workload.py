@@ -1,0 +1,141 @@
+"""Engine-neutral serving workloads: what a scheduler asks of a KV cache manager.
+
+A workload is a list of `Op`s that any list is a valid one of (request indices are taken
+modulo the live requests, lengths are clipped), so Hypothesis can shrink it freely and a
+shrunk list replays exactly. Token content is a pure function of the ops: prompts take a
+prefix of one of a few shared token sequences plus fresh tokens, and decoding appends a
+token computed from the two before it (greedy decoding: the same context decodes the same
+token), so prefix-cache hits happen on prompts and on decoded text alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+OP_KINDS = ("arrive", "schedule", "preempt", "finish", "reset")
+NUM_SHARED_PREFIXES = 3
+
+
+@dataclass(frozen=True)
+class Op:
+    """One serving operation. `arrive(prefix, shared, fresh)`: a request whose prompt is
+    the first `shared` tokens of shared sequence `prefix` and `fresh` new tokens;
+    `schedule(req, tokens, repeat)`: `repeat` scheduler steps of request `req`, each a
+    prefill chunk of up to `tokens` or one decode token; `preempt(req)`: freed and back to waiting, recomputed
+    from scratch; `finish(req)`: freed for good; `reset()`: reset the prefix cache."""
+
+    kind: str
+    args: tuple[int, ...] = ()
+
+    def to_json(self) -> list[Any]:
+        return [self.kind, *self.args]
+
+    @staticmethod
+    def from_json(v: Any) -> Op:
+        if not isinstance(v, list) or not v or v[0] not in OP_KINDS \
+                or not all(isinstance(a, int) and a >= 0 for a in v[1:]):
+            raise ValueError(f"an op is [kind, non-negative ints...] with kind in "
+                             f"{', '.join(OP_KINDS)}; got {v!r}")
+        return Op(str(v[0]), tuple(int(a) for a in v[1:]))
+
+    def __str__(self) -> str:
+        return f"{self.kind}({', '.join(map(str, self.args))})"
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    block_size: int
+    max_len: int
+
+
+def shared_token(prefix: int, i: int) -> int:
+    return 1 + prefix * 1000 + i
+
+
+def decoded_token(tokens: list[int]) -> int:
+    """Greedy decoding's stand-in: the next token from the two before it (a small alphabet,
+    so different requests decode into the same text and share blocks)."""
+    a = tokens[-1] if tokens else 0
+    b = tokens[-2] if len(tokens) > 1 else 0
+    return 50_000 + (a * 7 + b * 3) % 5
+
+
+def ops_strategy(shape: WorkloadShape, max_steps: int) -> st.SearchStrategy[list[Op]]:
+    bs, max_len = shape.block_size, shape.max_len
+    def op_of(kind: int, a: int, b: int, c: int) -> Op:
+        # Scheduling dominates, as it does in a server; resets are rare. Shrinking moves
+        # `kind` to 0, a scheduling step.
+        if kind < 55:
+            return Op("schedule", (a % 4, 1 + b % (3 * bs), 1 + c % 8))
+        if kind < 78:
+            return Op("arrive", (a % NUM_SHARED_PREFIXES, b % (max_len // 2 + 1), c % (3 * bs + 1)))
+        if kind < 88:
+            return Op("finish", (a % 4,))
+        if kind < 97:
+            return Op("preempt", (a % 4,))
+        return Op("reset")
+
+    small = st.integers(0, 63)
+    op = st.builds(op_of, st.integers(0, 99), small, small, small)
+    return st.lists(op, min_size=2, max_size=max_steps)
+
+
+@dataclass
+class Request:
+    """The scheduler's view of one request: its tokens, how many are computed (their KV
+    written), and whether it is running (holds blocks) or waiting."""
+
+    rid: str
+    tokens: list[int]
+    prompt_len: int
+    computed: int = 0
+    running: bool = False
+
+    def next_chunk(self, budget: int, max_len: int) -> int:
+        """Tokens the next step schedules: a prefill chunk, else one decode token (which
+        appends the decoded token first); 0 when the request is at `max_len`."""
+        if self.computed < len(self.tokens):
+            return min(budget, len(self.tokens) - self.computed)
+        if len(self.tokens) >= max_len:
+            return 0
+        self.tokens.append(decoded_token(self.tokens))
+        return 1
+
+
+@dataclass
+class Requests:
+    """The live requests, oldest first; ops pick one by index modulo their number."""
+
+    shape: WorkloadShape
+    live: list[Request] = field(default_factory=list)
+    arrived: int = 0
+    fresh: int = 0
+
+    def new(self, prefix: int, shared: int, fresh: int) -> Request:
+        shared = min(shared, self.shape.max_len - 1)
+        fresh = min(fresh, self.shape.max_len - 1 - shared)
+        tokens = [shared_token(prefix, i) for i in range(shared)]
+        for _ in range(fresh):
+            self.fresh += 1
+            tokens.append(-self.fresh)  # never seen before, never shared
+        if not tokens:
+            self.fresh += 1
+            tokens.append(-self.fresh)
+        req = Request(f"r{self.arrived}", tokens, len(tokens))
+        self.arrived += 1
+        self.live.append(req)
+        return req
+
+    def pick(self, index: int) -> Request | None:
+        return self.live[index % len(self.live)] if self.live else None
+
+    def remove(self, req: Request) -> None:
+        self.live.remove(req)
+
+    def summary(self) -> Mapping[str, Any]:
+        return {r.rid: {"tokens": len(r.tokens), "computed": r.computed, "running": r.running}
+                for r in self.live}
