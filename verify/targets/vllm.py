@@ -209,10 +209,11 @@ class VllmInstance:
             self.vreqs[req.rid] = self._vllm_request(req)
             self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [])
         elif op.kind == "reset":
+            cached = sorted(b.block_id for b in self.pool.free_queue() if self.pool.keys_of(b))
             ok = bool(self.mgr.reset_prefix_cache())
             self.stats.hit("reset_done" if ok else "reset_refused")
             if ok:
-                self.events.reset()
+                self.events.reset(cached)
         else:
             picked = self.requests.pick(op.args[0])
             if picked is None:

@@ -15,7 +15,7 @@ The mapping, GPU only, pocket off (docs/targets/vllm.md has the reasoning):
   the order it popped them, as `victim` labels, then the new blocks as `slot` labels in
   the model's allocation order (block by block, life cycle within a block);
 - `reset_prefix_cache` drops every cached block: a `pressure` event for every slot,
-  without choices (the model drops its own DROPPABLE pages);
+  with every cached block as a recorded victim;
 - `observed` carries the free slots (vLLM's free blocks that hold no cached content) and
   the sequence's page-index rows.
 
@@ -148,9 +148,11 @@ class EventLogWriter:
     def freed(self, req: Request) -> None:
         self._event("close", {"seq": self.seq(req)}, choices=[])
 
-    def reset(self) -> None:
+    def reset(self, cached: list[int]) -> None:
+        """`reset_prefix_cache` succeeded: every cached block (all free) was dropped; each is
+        a recorded victim, so the safety spec need not search the eviction order."""
         self._event("pressure", {"level": 0, "pool_group": 0, "slots": self.cfg.num_blocks - 1},
-                    True)
+                    True, choices=[["victim", [0, 0, b - 1]] for b in cached])
 
     def close(self) -> list[str]:
         if not self.closed:
