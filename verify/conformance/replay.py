@@ -48,10 +48,13 @@ class _ForcedSlots:
 
 
 def replay(trace: Trace, backend: str | None = None) -> ReplayResult:
-    """Run a trace; the first divergence or violated invariant ends it."""
+    """Run a trace; the first divergence or violated invariant ends it. A trace whose
+    header says `"event_log": true` (its campaign example checked the event log) has the
+    implementation's event log checked at every step too."""
     if any(s.layer == "page" for s in trace.steps):
         return _replay_page_layer(trace)
-    ls = Lockstep(trace.config, backend=backend or trace.backend, eager=trace.eager)
+    ls = Lockstep(trace.config, backend=backend or trace.backend, eager=trace.eager,
+                  check_event_log=bool(trace.extra.get("event_log", False)))
     default_policy = ls.impl.slot_policy
     for i, step in enumerate(trace.steps):
         forced = [int(v) for k, v in step.choices if k == "slot"]
