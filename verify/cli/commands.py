@@ -24,7 +24,13 @@ from pathlib import Path
 from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
 from kvpocket.model.errors import UsageError
 from kvpocket.model.spec import mermaid_page_life, spec_json
-from kvpocket.verify.presets import DEFAULT_PRESET, PRESETS, preset
+from kvpocket.verify.presets import (
+    DEFAULT_PRESET,
+    PRESETS,
+    ConfigFileError,
+    config_named,
+    is_config_file,
+)
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -39,7 +45,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def config_from_args(name: str | None, policy: str | None, pocket: bool = True) -> KVConfig:
-    cfg = preset(name or DEFAULT_PRESET)
+    """`--config` (a preset or a JSON configuration file) with `--policy` applied."""
+    try:
+        cfg = config_named(name or DEFAULT_PRESET)
+    except ConfigFileError as exc:
+        raise CliError(f"argument --config: {exc}") from None
     if policy is not None:
         cfg = cfg.with_pocket(enabled=pocket, policy=PocketPolicy.parse(policy, "--policy"))
     elif not pocket:
@@ -48,8 +58,9 @@ def config_from_args(name: str | None, policy: str | None, pocket: bool = True) 
 
 
 def _add_config_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="NAME",
-                   help=f"a preset (default {DEFAULT_PRESET}); `kvpocket fuzz --list-configs`")
+    p.add_argument("--config", metavar="NAME|FILE",
+                   help=f"a preset (default {DEFAULT_PRESET}; `kvpocket fuzz --list-configs`) "
+                   "or a JSON configuration file")
     p.add_argument("--policy", metavar="POLICY",
                    help="pocket policy: revalidate (default), pin or unsafe")
 
@@ -205,8 +216,9 @@ def check_gpu(option: str, hint: str = "") -> None:
 
 
 def _fuzz_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="NAME",
-                   help="fuzz one preset instead of the default matrix (`--list-configs`)")
+    p.add_argument("--config", metavar="NAME|FILE",
+                   help="fuzz one preset (`--list-configs`) or a JSON configuration file "
+                   "instead of the default matrix")
     p.add_argument("--policy", metavar="POLICY",
                    help="pocket policy: revalidate, pin or unsafe (with the matrix: every "
                    "cell switched to it)")
@@ -215,6 +227,10 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
                         help=f"time budget (default {DEFAULT_MATRIX_MINUTES:g} for the matrix)")
     budget.add_argument("--examples", type=int, metavar="N",
                         help="run N examples (with the matrix: N per cell)")
+    budget.add_argument("--total-examples", type=int, metavar="N",
+                        help="matrix: run the default campaign's plan (steering included) "
+                        "until N examples in all: the same run on any machine (the default "
+                        "campaign intends 1200)")
     p.add_argument("--steps", type=int, metavar="S", help=f"max rules per example (1..{MAX_STEPS})")
     p.add_argument("--seed", type=int, default=0, metavar="X",
                    help="campaign seed (default 0; 0..2**63-1)")
@@ -263,6 +279,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                        f"got {profile!r}")
     cores = os.cpu_count() or 1
     check_int("--examples", args.examples, 1, MAX_EXAMPLES)
+    check_int("--total-examples", args.total_examples, 1, MAX_EXAMPLES)
+    if args.total_examples is not None and args.config is not None:
+        raise CliError("argument --total-examples: only for the default matrix (no --config); "
+                       "with --config use --examples")
     check_int("--steps", args.steps, 1, MAX_STEPS)
     check_int("--workers", args.workers, 1, max_workers())
     _check_minutes(args.minutes)
@@ -288,7 +308,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         if args.config is None:
             return _fuzz_matrix(args, profile, backend, cores)
         cfg = config_from_args(args.config, args.policy)
-        spec = CampaignSpec(args.config, cfg, profile=profile, examples=args.examples,
+        name = Path(args.config).stem if is_config_file(args.config) else args.config
+        spec = CampaignSpec(name, cfg, profile=profile, examples=args.examples,
                             minutes=args.minutes, steps=args.steps, seed=args.seed,
                             backend=backend, database=args.database, out_dir=args.out)
         report = run_campaign(spec, workers=args.workers or 1,
@@ -322,7 +343,7 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
                         out_dir=args.out, show_progress=not args.no_progress,
                         policy=args.policy, examples_per_cell=args.examples, steps=args.steps,
                         profile=profile, backend=backend, database=args.database,
-                        keep_going=args.keep_going)
+                        keep_going=args.keep_going, total_examples=args.total_examples)
     print_matrix(report, verbose=args.verbose)
     if args.json:
         write_matrix_json(report, args.json)
@@ -411,8 +432,9 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     check = sub.add_parser("check", help="check an event log against the model "
                            "(docs/adapter-guide.md)")
     check.add_argument("log", metavar="FILE", help="an event log (NDJSON)")
-    check.add_argument("--config", metavar="NAME",
-                       help="check against this preset instead of the log's own configuration")
+    check.add_argument("--config", metavar="NAME|FILE",
+                       help="check against this preset (or JSON configuration file) instead "
+                       "of the log's own configuration")
     check.add_argument("--policy", metavar="POLICY",
                        help="check under this pocket policy: revalidate, pin or unsafe")
     check.add_argument("--allow-unterminated", action="store_true",
@@ -446,7 +468,7 @@ def _trace_check(args: argparse.Namespace) -> int:
     from kvpocket.verify.traces.trace import TraceError, open_events
     from kvpocket.verify.traces.tracecheck import ConfigTooSmall, check_events
 
-    cfg_override = preset(args.config) if args.config else None
+    cfg_override = config_from_args(args.config, None) if args.config else None
     policy = PocketPolicy.parse(args.policy, "--policy") if args.policy is not None else None
     try:
         log = open_events(args.log, allow_unterminated=args.allow_unterminated)
