@@ -515,14 +515,17 @@ def _mutants_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     """Seeded bugs: run the campaigns against each mutant and print the kill matrix."""
+    from kvpocket.verify.conformance.matrix import DEFAULT_EXAMPLES
     from kvpocket.verify.quality.seeded import MAX_BUDGET_S, run_mutants
 
     check_float("--budget", args.budget, 0, MAX_BUDGET_S, "seconds")
+    check_int("--examples", args.examples, 0, MAX_EXAMPLES)
+    examples = DEFAULT_EXAMPLES if args.examples is None else (args.examples or None)
     check_output("--json", args.json_path)
     if not args.list_only:  # Hypothesis's own files: not in the current directory
         use_hypothesis_home(Path(tempfile.gettempdir()) / "kvpocket-mutants")
     code: int = run_mutants(args.only, args.budget, args.json_path, args.list_only,
-                            zoo=args.zoo)
+                            zoo=args.zoo, examples=examples)
     return code
 
 
