@@ -138,6 +138,7 @@ def test_every_kth_example_checks_the_event_log() -> None:
     machine = machine_for(PRESETS["tiny"].config, event_log_every=3)
     flags = [machine().check_event_log for _ in range(7)]
     assert sum(flags) in (2, 3) and flags[:3].count(True) == 1
+    assert flags[flags.index(True) + 3] and not flags[flags.index(True) + 1]
     assert not any(machine_for(PRESETS["tiny"].config)().check_event_log for _ in range(3))
     drawn = drawn_machine_for((PocketPolicy.REVALIDATE,), event_log_every=1)()
     assert drawn.check_event_log and "ls" not in vars(drawn), "built when start draws"

@@ -70,8 +70,9 @@ class LockstepMachine(RuleBasedStateMachine):
         self.reached: set[str] = set()  # rare states this example reached (steers target())
         STATS.examples += 1
         self.index = STATS.examples
+        # The k-th, 2k-th, ... example: not the first, which Hypothesis makes its simplest.
         k = self.event_log_every
-        self.check_event_log = k > 0 and self.index % k == 1 % k
+        self.check_event_log = k > 0 and self.index % k == 0
         if not self.draws_config:
             self._open(self.cfg)
 
