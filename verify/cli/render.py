@@ -177,9 +177,10 @@ class MatrixProgress:
         self.last = 0.0
         out, self.show = progress_console(show)
         self.progress = _progress(out, self.show)
+        budget = f"{report.total_examples} examples" if getattr(report, "total_examples", None) \
+            else f"{budget_s:g} s"
         self.task = self.progress.add_task(
-            f"fuzz matrix ({len(report.cells)} cells, budget {budget_s:g} s)", total=None,
-            stats="")
+            f"fuzz matrix ({len(report.cells)} cells, budget {budget})", total=None, stats="")
 
     def __enter__(self) -> MatrixProgress:
         import time
