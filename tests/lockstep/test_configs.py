@@ -251,3 +251,17 @@ def test_a_missing_config_file_or_a_folder_is_a_usage_error(
                      "--no-progress"]) == 2
         err = capsys.readouterr().err
         assert says in err and "--config" in err
+
+
+def test_cli_total_examples_runs_the_plan_on_a_budget(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    assert main(["fuzz", "--total-examples", "10", "--workers", "1", "--no-progress",
+                 "--json", str(out), "--out", str(tmp_path), "--verbose"]) == 0
+    data = json.loads(out.read_text())
+    assert data["examples"] == 10 and data["total_examples"] == 10
+    assert data["ran_short"] is False and data["intended_examples"] > 10
+    first = data["cells"][DEFAULT_MATRIX[0].name]
+    assert first["examples"] == 8 and first["first_reached"]
+    text = capsys.readouterr().out
+    assert "first reached" in text and "ran short" not in text
