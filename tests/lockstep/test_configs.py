@@ -236,7 +236,8 @@ def test_a_bad_config_file_is_a_usage_error_naming_the_field(
     path = _config_file(tmp_path, data)
     for argv in (["fuzz", "--config", str(path), "--examples", "1", "--no-progress",
                   "--out", str(tmp_path / "out")],
-                 ["trace", "record", "--config", str(path), "--out", str(tmp_path / "l")]):
+                 ["trace", "record", "--config", str(path), "--out", str(tmp_path / "l")],
+                 ["prove", "--config", str(path), "--out", str(tmp_path / "out")]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
