@@ -1,7 +1,8 @@
 """The quality tier: every seeded bug (`kvpocket.verify.quality.seeded.MUTANTS`) is killed by
 the default campaign (the matrix `kvpocket fuzz` runs) or, for a spec bug the API cannot
 reach, by Z3 induction; and the unmodified kit raises no false alarm on the presets the
-mutants were written for. Run with `pytest -m quality -n 2`."""
+mutants were written for. Run with `pytest -m quality -n 2`. The campaign runs on its
+example budget (`matrix.DEFAULT_EXAMPLES`): a kill verdict is the same on any machine."""
 
 from __future__ import annotations
 
