@@ -24,7 +24,7 @@ from kvpocket.verify.conformance.matrix import (
     steering_slices,
 )
 from kvpocket.verify.conformance.replay import replay
-from kvpocket.verify.conformance.stateful import drawn_machine_for, machine_for
+from kvpocket.verify.conformance.stateful import STATS, drawn_machine_for, machine_for
 from kvpocket.verify.presets import PRESETS
 from kvpocket.verify.quality.reach import REACH_BUGS
 from kvpocket.verify.traces.trace import read_trace
@@ -135,10 +135,13 @@ def test_the_event_log_is_checked_at_every_step() -> None:
 
 
 def test_every_kth_example_checks_the_event_log() -> None:
-    machine = machine_for(PRESETS["tiny"].config, event_log_every=3)
+    machine = machine_for(PRESETS["tiny"].config, event_log_every=3, event_log_offset=1)
+    STATS.reset()
     flags = [machine().check_event_log for _ in range(7)]
-    assert sum(flags) in (2, 3) and flags[:3].count(True) == 1
-    assert flags[flags.index(True) + 3] and not flags[flags.index(True) + 1]
+    assert flags == [False, True, False, False, True, False, False]  # (index + 1) % 3 == 0
+    STATS.reset()
+    first = machine_for(PRESETS["tiny"].config, event_log_every=3, event_log_offset=2)
+    assert not first().check_event_log, "never the first example: Hypothesis's simplest"
     assert not any(machine_for(PRESETS["tiny"].config)().check_event_log for _ in range(3))
     drawn = drawn_machine_for((PocketPolicy.REVALIDATE,), event_log_every=1)()
     assert drawn.check_event_log and "ls" not in vars(drawn), "built when start draws"

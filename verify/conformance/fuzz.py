@@ -194,10 +194,12 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
     profile = PROFILES[spec.profile]
     if spec.draw_policies:
         machine = drawn_machine_for(spec.draw_policies, backend=spec.backend,
-                                    event_log_every=spec.event_log_every)
+                                    event_log_every=spec.event_log_every,
+                                    event_log_offset=spec.seed)
     else:
         machine = machine_for(spec.cfg, backend=spec.backend,
-                              event_log_every=spec.event_log_every)
+                              event_log_every=spec.event_log_every,
+                              event_log_offset=spec.seed)
     db = open_database(spec.database, spec.namespace)
     report = CampaignReport(spec.config_name, spec.cfg.pocket.policy.value, spec.backend,
                             spec.seed, 1)

@@ -60,6 +60,7 @@ class LockstepMachine(RuleBasedStateMachine):
     # Every k-th example (0: none) also writes the implementation's event log and checks
     # each line with `kvpocket trace check`'s checker (`Lockstep(check_event_log=True)`).
     event_log_every: ClassVar[int] = 0
+    event_log_offset: ClassVar[int] = 0  # which examples: those with (index + offset) % k == 0
     ls: Lockstep
 
     def __init__(self) -> None:
@@ -70,9 +71,11 @@ class LockstepMachine(RuleBasedStateMachine):
         self.reached: set[str] = set()  # rare states this example reached (steers target())
         STATS.examples += 1
         self.index = STATS.examples
-        # The k-th, 2k-th, ... example: not the first, which Hypothesis makes its simplest.
+        # Every k-th example from an offset (a campaign's seed picks it, so short slices of
+        # many cells check different examples); never the first, Hypothesis's simplest.
         k = self.event_log_every
-        self.check_event_log = k > 0 and self.index % k == 0
+        self.check_event_log = k > 0 and self.index > 1 and (
+            self.index + self.event_log_offset) % k == 0
         if not self.draws_config:
             self._open(self.cfg)
 
@@ -446,16 +449,17 @@ class LockstepMachine(RuleBasedStateMachine):
 
 
 def machine_for(cfg: KVConfig, backend: str = "numpy", eager: bool = False,
-                event_log_every: int = 0) -> type[LockstepMachine]:
+                event_log_every: int = 0, event_log_offset: int = 0
+                ) -> type[LockstepMachine]:
     """A machine class bound to a configuration (Hypothesis machines take no arguments)."""
     return type("LockstepMachine", (LockstepMachine,), {
         "cfg": cfg, "backend": backend, "eager": eager, "event_log_every": event_log_every,
-        "__module__": __name__,
+        "event_log_offset": event_log_offset, "__module__": __name__,
     })
 
 
 def drawn_machine_for(policies: tuple[PocketPolicy, ...], backend: str = "numpy",
-                      eager: bool = False, event_log_every: int = 0
+                      eager: bool = False, event_log_every: int = 0, event_log_offset: int = 0
                       ) -> type[LockstepMachine]:
     """A machine whose every example first draws its configuration (`configs.kv_configs`)
     under one of `policies`: the configuration is part of the example, so Hypothesis
@@ -474,5 +478,6 @@ def drawn_machine_for(policies: tuple[PocketPolicy, ...], backend: str = "numpy"
     DrawnConfigMachine.backend = backend
     DrawnConfigMachine.eager = eager
     DrawnConfigMachine.event_log_every = event_log_every
+    DrawnConfigMachine.event_log_offset = event_log_offset
     DrawnConfigMachine.__module__ = __name__
     return DrawnConfigMachine
