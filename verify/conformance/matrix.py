@@ -10,7 +10,7 @@ reach is therefore met within the first round, a few seconds in.
 
 Two cells draw their configuration per example (`configs.kv_configs`: several sliding
 windows, sinks, full attention first or last, split pools, one to three levels), so a
-shape no preset has is explored too; and every `EVENT_LOG_EVERY`-th example of every
+shape no preset has is explored too; and one example in `EVENT_LOG_EVERY` of every
 cell also checks the implementation's event log line by line with `trace check`'s
 checker.
 
