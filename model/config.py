@@ -230,7 +230,8 @@ class KVConfig:
         order: object = self.order
         if isinstance(order, str) and not isinstance(order, Order):  # a plain string
             object.__setattr__(self, "order", Order.parse(order))
-        if self.max_pages == 0 and isinstance(self.slots_per_level, tuple):
+        if self.max_pages == 0 and isinstance(self.slots_per_level, tuple) and all(
+                isinstance(n, int) for n in self.slots_per_level):  # else `validate` names it
             object.__setattr__(self, "max_pages", self.derived_max_pages())
             object.__setattr__(self, "pages_derived", True)
         self.validate()

@@ -3,6 +3,8 @@
 # of configurations and policies, CPU backend) and the Z3 proofs. Installs what it needs
 # into .venv first. Reports land in kvpocket-out/.
 #   KVPOCKET_MINUTES   campaign length in minutes (default 2)
+#   KVPOCKET_EXAMPLES  an example budget instead (the matrix: --total-examples; a preset:
+#                      --examples): the same run, and verdict, on any machine
 #   KVPOCKET_CONFIG    one preset instead of the matrix (`kvpocket fuzz --list-configs`)
 #   KVPOCKET_WORKERS   worker processes (default: all cores)
 set -euo pipefail
@@ -14,7 +16,12 @@ mkdir -p "$out"
 status=0
 config=()
 [ -n "${KVPOCKET_CONFIG:-}" ] && config=(--config "$KVPOCKET_CONFIG")
-kvpocket fuzz "${config[@]}" --minutes "${KVPOCKET_MINUTES:-2}" \
+budget=(--minutes "${KVPOCKET_MINUTES:-2}")
+if [ -n "${KVPOCKET_EXAMPLES:-}" ]; then
+  if [ -n "${KVPOCKET_CONFIG:-}" ]; then budget=(--examples "$KVPOCKET_EXAMPLES")
+  else budget=(--total-examples "$KVPOCKET_EXAMPLES"); fi
+fi
+kvpocket fuzz "${config[@]}" "${budget[@]}" \
   --workers "${KVPOCKET_WORKERS:-$(nproc)}" --json "$out/fuzz.json" --out "$out" || status=$?
 kvpocket prove --json "$out/prove.json" --out "$out/prove" || status=$?
 echo "reports: $out/fuzz.json $out/prove.json"

@@ -14,6 +14,9 @@
 #   MUTATION_SAMPLE    number of mutants to run, or `all` (default 200)
 #   MUTATION_SEED      sampling seed (default 12); the campaign seed is KVPOCKET_SEED (0)
 #   MUTATION_BUDGET_S  campaign budget per mutant in seconds (default 20)
+#   MUTATION_EXAMPLES  campaign budget per mutant in examples instead (`fuzz
+#                      --total-examples`): the same verdict on any machine, and score.json
+#                      reports examples-to-kill, median and worst (default 0: seconds)
 #   MUTATION_HARD_S    hard timeout per mutant; past it the mutant counts as a timeout
 #                      (a kill, reported apart) (default 2 x budget + 20)
 #   MUTATION_WORKERS   parallel shards, each a scratch copy running one mutant at a time
@@ -34,6 +37,7 @@ ROOT=$PWD
 SAMPLE=${MUTATION_SAMPLE:-200}
 SEED=${MUTATION_SEED:-12}
 BUDGET=${MUTATION_BUDGET_S:-20}
+EXAMPLES=${MUTATION_EXAMPLES:-0}
 HARD=${MUTATION_HARD_S:-$(( ${BUDGET%.*} * 2 + 20 ))}
 WORKERS=${MUTATION_WORKERS:-1}
 WORK=${MUTATION_WORK:-${TMPDIR:-/tmp}/kvpocket-mutation}
@@ -81,7 +85,8 @@ if [ "${MUTATION_RESUME:-0}" != 1 ] || [ ! -f "${sessions[0]}" ]; then
     'import kvpocket.impl.kvcache as m; print(m.__file__)')
   case "$where" in "$T0"/*) ;; *) echo "mutation: imports resolve to $where, not the copy" >&2; exit 1 ;; esac
   probe "$T0" config --out "$T0/cosmic-ray.toml" --budget "$BUDGET" --hard "$HARD" \
-    --seed "$CAMPAIGN_SEED" --exclude-operators "${MUTATION_EXCLUDE_OPERATORS:-}"
+    --seed "$CAMPAIGN_SEED" --exclude-operators "${MUTATION_EXCLUDE_OPERATORS:-}" \
+    --examples "$EXAMPLES"
   echo "== baseline: the default campaign on the unmutated copy (${BUDGET}s)"
   if ! (cd "$T0" && PYTHONPATH="$T0/.devpath" "$CR" baseline cosmic-ray.toml); then
     echo "mutation: the campaign fails on the unmutated tree; fix that first" >&2

@@ -3,7 +3,9 @@ happen within a few steps; `kvpocket fuzz --list-configs` lists them."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from kvpocket.model.config import (
     ConfigError,
@@ -69,6 +71,53 @@ def preset(name: str) -> KVConfig:
         return PRESETS[name].config
     except KeyError:
         raise ConfigError("config", "one of " + ", ".join(PRESETS), name) from None
+
+
+class ConfigFileError(ValueError):
+    """A configuration file that cannot be read or holds no valid configuration; the
+    message names the file and the field (a usage error: exit status 2)."""
+
+
+def is_config_file(name: str) -> bool:
+    """`--config` names a JSON file rather than a preset."""
+    return name not in PRESETS and (name.endswith(".json") or "/" in name or Path(name).exists())
+
+
+def load_config_file(path: str | Path) -> KVConfig:
+    """A configuration from a JSON file in `KVConfig.to_json`'s form (what a failure
+    trace's header holds under "config"; a trace's header line alone works too)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ConfigFileError(f"{p}: is a folder, not a JSON configuration file") from None
+    except OSError as exc:
+        raise ConfigFileError(f"{p}: cannot read the configuration file ({exc.strerror})"
+                              ) from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"{p}: the configuration file is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigFileError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg} (column "
+                              f"{exc.colno})") from None
+    except RecursionError:
+        raise ConfigFileError(f"{p}: invalid JSON: nested too deeply") from None
+    if isinstance(data, dict) and "kvpocket_trace" in data and "config" in data:
+        data = data["config"]  # a trace or event-log header line
+    try:
+        return KVConfig.from_json(data)
+    except ConfigError as exc:
+        raise ConfigFileError(f"{p}: {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:  # e.g. a number where a list goes
+        raise ConfigFileError(f"{p}: not a valid configuration ({exc})") from None
+
+
+def config_named(name: str) -> KVConfig:
+    """`--config`'s value: a preset's name, or a JSON configuration file."""
+    if is_config_file(name):
+        return load_config_file(name)
+    return preset(name)
 
 
 def decode_config(

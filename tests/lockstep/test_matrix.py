@@ -109,7 +109,8 @@ def test_a_health_check_is_a_usage_error_not_a_bug(tmp_path: Path) -> None:
     ["--steps", "99999999999999999999"], ["--steps", "0"], ["--minutes", "nan"],
     ["--minutes", "inf"], ["--minutes", "1e308"], ["--minutes", "-1"], ["--workers", "100000"],
     ["--workers", "x"], ["--policy", "bogus"], ["--seed", "-1"], ["--database", "http://x"],
-    ["--examples", "0"], ["--profile", "nope"],
+    ["--examples", "0"], ["--profile", "nope"], ["--total-examples", "0"],
+    ["--total-examples", "5", "--config", "tiny"],
 ])
 def test_bad_fuzz_options_exit_2(argv: list[str], tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ writes, the filters, the sample and the score arithmetic.
 from __future__ import annotations
 
 import ast
+import json
 import shutil
 import subprocess
 import tomllib
@@ -95,6 +96,23 @@ def test_exit_status_mapping() -> None:
     verdict, code = mp.classify_exit(2, False)  # a usage error is the probe's fault
     assert verdict.startswith("error") and code == mp.EXIT_ERROR
     assert mp.verdict_of("x\nkvpocket-mutation: error rc=2 seconds=1.5\n") == ("error rc=2", 1.5)
+
+
+def test_an_example_budget_reaches_the_campaign_and_the_report(tmp_path: Path) -> None:
+    """MUTATION_EXAMPLES: the campaign stops on examples (the same verdict on any machine)
+    and the runner's line carries the examples-to-kill that the report summarises."""
+    cmd = mp.fuzz_command(20.0, 0, str(tmp_path), examples=600)
+    assert cmd[cmd.index("--total-examples") + 1] == "600" and "--minutes" not in cmd
+    assert "--minutes" in mp.fuzz_command(20.0, 0, str(tmp_path))
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"failures": [{"examples": 42}]}))
+    assert mp.examples_to_kill(report) == 42
+    assert mp.examples_to_kill(tmp_path / "missing.json") is None
+    line = "kvpocket-mutation: killed seconds=3.0 examples=42"
+    assert mp.verdict_of(line) == ("killed", 3.0) and mp.kill_examples_of(line) == 42
+    assert mp.kill_examples_of("kvpocket-mutation: survived seconds=9.0") is None
+    text = SCRIPT.read_text()
+    assert "MUTATION_EXAMPLES" in text and '--examples "$EXAMPLES"' in text
 
 
 def test_score_excludes_errors_and_equivalents() -> None:

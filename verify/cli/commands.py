@@ -26,7 +26,13 @@ from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy
 from kvpocket.model.errors import UsageError
 from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify import patching
-from kvpocket.verify.presets import DEFAULT_PRESET, PRESETS, preset
+from kvpocket.verify.presets import (
+    DEFAULT_PRESET,
+    PRESETS,
+    ConfigFileError,
+    config_named,
+    is_config_file,
+)
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MUTANT_ENV = "KVPOCKET_MUTANT"  # read by earlier versions; refused, never silently ignored
@@ -42,7 +48,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def config_from_args(name: str | None, policy: str | None, pocket: bool = True) -> KVConfig:
-    cfg = preset(name or DEFAULT_PRESET)
+    """`--config` (a preset or a JSON configuration file) with `--policy` applied."""
+    try:
+        cfg = config_named(name or DEFAULT_PRESET)
+    except ConfigFileError as exc:
+        raise CliError(f"argument --config: {exc}") from None
     if policy is not None:
         cfg = cfg.with_pocket(enabled=pocket, policy=PocketPolicy.parse(policy, "--policy"))
     elif not pocket:
@@ -51,8 +61,9 @@ def config_from_args(name: str | None, policy: str | None, pocket: bool = True) 
 
 
 def _add_config_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="NAME",
-                   help=f"a preset (default {DEFAULT_PRESET}); `kvpocket fuzz --list-configs`")
+    p.add_argument("--config", metavar="NAME|FILE",
+                   help=f"a preset (default {DEFAULT_PRESET}; `kvpocket fuzz --list-configs`) "
+                   "or a JSON configuration file")
     p.add_argument("--policy", metavar="POLICY",
                    help="pocket policy: revalidate (default), pin or unsafe")
 
@@ -208,8 +219,9 @@ def check_gpu(option: str, hint: str = "") -> None:
 
 
 def _fuzz_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="NAME",
-                   help="fuzz one preset instead of the default matrix (`--list-configs`)")
+    p.add_argument("--config", metavar="NAME|FILE",
+                   help="fuzz one preset (`--list-configs`) or a JSON configuration file "
+                   "instead of the default matrix")
     p.add_argument("--policy", metavar="POLICY",
                    help="pocket policy: revalidate, pin or unsafe (with the matrix: every "
                    "cell switched to it)")
@@ -218,6 +230,10 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
                         help=f"time budget (default {DEFAULT_MATRIX_MINUTES:g} for the matrix)")
     budget.add_argument("--examples", type=int, metavar="N",
                         help="run N examples (with the matrix: N per cell)")
+    budget.add_argument("--total-examples", type=int, metavar="N",
+                        help="matrix: run the default campaign's plan (steering included) "
+                        "until N examples in all: the same run on any machine (the default "
+                        "campaign intends 1000)")
     p.add_argument("--steps", type=int, metavar="S", help=f"max rules per example (1..{MAX_STEPS})")
     p.add_argument("--seed", type=int, default=0, metavar="X",
                    help="campaign seed (default 0; 0..2**63-1)")
@@ -300,6 +316,10 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
                        f"got {profile!r}")
     cores = os.cpu_count() or 1
     check_int("--examples", args.examples, 1, MAX_EXAMPLES)
+    check_int("--total-examples", args.total_examples, 1, MAX_EXAMPLES)
+    if args.total_examples is not None and args.config is not None:
+        raise CliError("argument --total-examples: only for the default matrix (no --config); "
+                       "with --config use --examples")
     check_int("--steps", args.steps, 1, MAX_STEPS)
     check_int("--workers", args.workers, 1, max_workers())
     _check_minutes(args.minutes)
@@ -325,7 +345,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         if args.config is None:
             return _fuzz_matrix(args, profile, backend, cores)
         cfg = config_from_args(args.config, args.policy)
-        spec = CampaignSpec(args.config, cfg, profile=profile, examples=args.examples,
+        name = Path(args.config).stem if is_config_file(args.config) else args.config
+        spec = CampaignSpec(name, cfg, profile=profile, examples=args.examples,
                             minutes=args.minutes, steps=args.steps, seed=args.seed,
                             backend=backend, database=args.database, out_dir=args.out)
         report = run_campaign(spec, workers=args.workers or 1,
@@ -359,7 +380,7 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
                         out_dir=args.out, show_progress=not args.no_progress,
                         policy=args.policy, examples_per_cell=args.examples, steps=args.steps,
                         profile=profile, backend=backend, database=args.database,
-                        keep_going=args.keep_going)
+                        keep_going=args.keep_going, total_examples=args.total_examples)
     print_matrix(report, verbose=args.verbose)
     if args.json:
         write_matrix_json(report, args.json)
@@ -460,8 +481,9 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     check = sub.add_parser("check", help="check an event log against the model "
                            "(docs/adapter-guide.md)")
     check.add_argument("log", metavar="FILE", help="an event log (NDJSON)")
-    check.add_argument("--config", metavar="NAME",
-                       help="check against this preset instead of the log's own configuration")
+    check.add_argument("--config", metavar="NAME|FILE",
+                       help="check against this preset (or JSON configuration file) instead "
+                       "of the log's own configuration")
     check.add_argument("--policy", metavar="POLICY",
                        help="check under this pocket policy: revalidate, pin or unsafe")
     check.add_argument("--order", metavar="ORDER",
@@ -499,7 +521,7 @@ def _trace_check(args: argparse.Namespace) -> int:
     from kvpocket.verify.traces.trace import TraceError, open_events
     from kvpocket.verify.traces.tracecheck import ConfigTooSmall, TooVague, check_events
 
-    cfg_override = preset(args.config) if args.config else None
+    cfg_override = config_from_args(args.config, None) if args.config else None
     policy = PocketPolicy.parse(args.policy, "--policy") if args.policy is not None else None
     order = Order.parse(args.order, "--order") if args.order is not None else None
     try:
@@ -548,14 +570,17 @@ def _mutants_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     """Seeded bugs: run the campaigns against each mutant and print the kill matrix."""
+    from kvpocket.verify.conformance.matrix import DEFAULT_EXAMPLES
     from kvpocket.verify.quality.seeded import MAX_BUDGET_S, run_mutants
 
     check_float("--budget", args.budget, 0, MAX_BUDGET_S, "seconds")
+    check_int("--examples", args.examples, 0, MAX_EXAMPLES)
+    examples = DEFAULT_EXAMPLES if args.examples is None else (args.examples or None)
     check_output("--json", args.json_path)
     if not args.list_only:  # Hypothesis's own files: not in the current directory
         use_hypothesis_home(Path(tempfile.gettempdir()) / "kvpocket-mutants")
     code: int = run_mutants(args.only, args.budget, args.json_path, args.list_only,
-                            zoo=args.zoo)
+                            zoo=args.zoo, examples=examples)
     return code
 
 

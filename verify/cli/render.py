@@ -177,9 +177,10 @@ class MatrixProgress:
         self.last = 0.0
         out, self.show = progress_console(show)
         self.progress = _progress(out, self.show)
+        budget = f"{report.total_examples} examples" if getattr(report, "total_examples", None) \
+            else f"{budget_s:g} s"
         self.task = self.progress.add_task(
-            f"fuzz matrix ({len(report.cells)} cells, budget {budget_s:g} s)", total=None,
-            stats="")
+            f"fuzz matrix ({len(report.cells)} cells, budget {budget})", total=None, stats="")
 
     def __enter__(self) -> MatrixProgress:
         import time
@@ -234,13 +235,22 @@ def print_matrix(report: Any, verbose: bool = False) -> None:
         out.print(f"[green bold]no bug found[/green bold] in {report.examples} examples, "
                   f"{report.steps} steps, {len(report.cells)} cells, {report.seconds:.0f} s "
                   f"(seed {report.seed}){gaps}")
+    if report.ran_short:
+        out.print(f"[yellow]ran short[/yellow]: the machine was slow: {report.examples} of the "
+                  f"{report.intended_examples} examples the default campaign intends ran in "
+                  f"{report.seconds:.0f} s, so it was weaker than its measured kill figures; "
+                  f"run --total-examples {report.intended_examples} for the full work (the same "
+                  "run on any machine) or give it more --minutes")
     table = Table(title="default campaign: cells")
     for col, justify in (("cell", "left"), ("examples", "right"), ("steps", "right"),
-                         ("rare states reached", "right")):
+                         ("rare states reached", "right"), ("last first reached at", "right")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for name, c in report.cells.items():
         reached = sum(1 for n in c.expected if c.rare_states.get(n))
-        table.add_row(name, str(c.examples), str(c.steps), f"{reached}/{len(c.expected)}")
+        shown = f"{reached}/{len(c.expected)}" if c.expected else \
+            f"{sum(1 for n in c.rare_states.values() if n)} (drawn)"
+        last = f"example {max(c.first_reached.values())}" if c.first_reached else "-"
+        table.add_row(name, str(c.examples), str(c.steps), shown, last)
     out.print(table)
     if verbose:
         rare = Table(title="rare states reached (all cells)")
@@ -249,6 +259,13 @@ def print_matrix(report: Any, verbose: bool = False) -> None:
         for name, n in report.rare_states.items():
             rare.add_row(name, str(n))
         out.print(rare)
+        first = Table(title="example at which each cell first reached each rare state")
+        first.add_column("cell")
+        first.add_column("first reached (example: state)", overflow="fold")
+        for name, c in report.cells.items():
+            first.add_row(name, ", ".join(f"{i}: {s}" for s, i in sorted(
+                c.first_reached.items(), key=lambda x: x[1])))
+        out.print(first)
     if report.unreached:
         out.print("[yellow]coverage gaps[/yellow] (rare states no cell reached): "
                   + ", ".join(report.unreached))

@@ -28,7 +28,7 @@ from kvpocket.verify.conformance.lockstep import RARE_STATES
 from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
 from kvpocket.verify.conformance.replay import OVERRIDES_KEY, replay
 from kvpocket.verify.conformance.shrink import minimize
-from kvpocket.verify.conformance.stateful import STATS, machine_for
+from kvpocket.verify.conformance.stateful import STATS, drawn_machine_for, machine_for
 from kvpocket.verify.traces.trace import Trace, TraceStep, write_atomic
 
 
@@ -126,6 +126,9 @@ class CampaignReport:
     coverage_gaps: list[str] = field(default_factory=list)
     max_pocket_occupancy: int = 0
     interrupted: bool = False  # Ctrl-C: the counts are those of the part that ran
+    # Rare state -> the 1-based index of the first example that reached it (in the order
+    # this worker ran its examples).
+    first_reached: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,19 +151,28 @@ class CampaignSpec:
     batch: int = 20
     tag: str | None = None  # names the failure files (default: config-policy-seed-batch)
     namespace: str = ""  # the example database's namespace (a matrix cell)
+    # Non-empty: every example draws its own configuration (`configs.kv_configs`) under one
+    # of these policies; `cfg` then only names the campaign's policy.
+    draw_policies: tuple[PocketPolicy, ...] = ()
+    event_log_every: int = 0  # every k-th example also checks the event log (0: none)
 
 
 def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]],
-                      message: str, tag: str) -> Failure:
+                      message: str, tag: str, cfg: KVConfig | None = None,
+                      event_log: bool = False) -> Failure:
+    """Shrink a failing trace and write it (with its full configuration: `cfg`, the
+    example's own when it was drawn) as a trace and a pytest file."""
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # Seeded bugs and spec overrides switched on: the reproducer needs them too.
     bugs, spec_mutant = patching.active_names(), overrides.active()
-    shrunk = Trace(spec.cfg, [TraceStep(a, p) for a, p in trace], source="fuzz",
-                   backend=spec.backend, eager=False,
-                   extra={"seed": spec.seed, "config_name": spec.config_name,
-                          **({patching.TRACE_KEY: bugs} if bugs else {}),
-                          **({OVERRIDES_KEY: spec_mutant} if spec_mutant else {})})
+    extra: dict[str, Any] = {"seed": spec.seed, "config_name": spec.config_name,
+                             **({patching.TRACE_KEY: bugs} if bugs else {}),
+                             **({OVERRIDES_KEY: spec_mutant} if spec_mutant else {})}
+    if event_log:
+        extra["event_log"] = True  # replay checks the event log too
+    shrunk = Trace(cfg or spec.cfg, [TraceStep(a, p) for a, p in trace], source="fuzz",
+                   backend=spec.backend, eager=False, extra=extra)
     t = minimize(shrunk)
     if len(t.steps) < len(shrunk.steps):
         result = replay(t)
@@ -198,7 +210,14 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
 def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
     """One process's campaign: batches of examples until the budget is spent or a failure."""
     profile = PROFILES[spec.profile]
-    machine = machine_for(spec.cfg, backend=spec.backend)
+    if spec.draw_policies:
+        machine = drawn_machine_for(spec.draw_policies, backend=spec.backend,
+                                    event_log_every=spec.event_log_every,
+                                    event_log_offset=spec.seed)
+    else:
+        machine = machine_for(spec.cfg, backend=spec.backend,
+                              event_log_every=spec.event_log_every,
+                              event_log_offset=spec.seed)
     db = open_database(spec.database, spec.namespace)
     report = CampaignReport(spec.config_name, spec.cfg.pocket.policy.value, spec.backend,
                             spec.seed, 1)
@@ -239,7 +258,8 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
                 trace, message = STATS.failure
                 tag = spec.tag or (f"{spec.config_name}-{spec.cfg.pocket.policy.value}-"
                                    f"{spec.seed}-{batch_no}")
-                report.failures.append(write_reproducers(spec, trace, message, tag))
+                report.failures.append(write_reproducers(
+                    spec, trace, message, tag, STATS.failure_config, STATS.failure_event_log))
                 break
             batch_no += 1
             if remaining is not None:
@@ -258,6 +278,8 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
 
 def _absorb(report: CampaignReport, rare: Counter[str]) -> None:
     """Fold the batch that just ran (STATS) into the worker's report."""
+    for name, index in STATS.first_reached.items():
+        report.first_reached.setdefault(name, report.examples + index)
     report.examples += STATS.examples
     report.steps += STATS.steps
     rare.update(STATS.rare)
@@ -269,7 +291,8 @@ def _finish(report: CampaignReport, rare: Counter[str], spec: CampaignSpec, star
     report.seconds = time.monotonic() - start
     report.steps_per_second = report.steps / report.seconds if report.seconds else 0.0
     report.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
-    report.coverage_gaps = [name for name in expected_rare_states(spec.cfg) if not rare.get(name)]
+    report.coverage_gaps = [] if spec.draw_policies else [
+        name for name in expected_rare_states(spec.cfg) if not rare.get(name)]
 
 
 def _usage_message(exc: BaseException, spec: CampaignSpec) -> str:
@@ -318,6 +341,8 @@ def merge(reports: list[CampaignReport], spec: CampaignSpec, seconds: float) -> 
         rare.update(r.rare_states)
         out.max_pocket_occupancy = max(out.max_pocket_occupancy, r.max_pocket_occupancy)
         out.interrupted = out.interrupted or r.interrupted
+        for name, index in r.first_reached.items():  # the earliest in any worker's order
+            out.first_reached[name] = min(index, out.first_reached.get(name, index))
     out.seconds = seconds
     out.steps_per_second = out.steps / seconds if seconds else 0.0
     out.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}

@@ -9,8 +9,10 @@ data oracle. Anything else raises `Divergence` with a readable report.
 
 from __future__ import annotations
 
+import io
 import traceback
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,8 @@ from kvpocket.verify.conformance.adapter import (
     outcome_of,
 )
 from kvpocket.verify.traces.alphabet import check_params
+from kvpocket.verify.traces.trace import Event, EventStream, TraceError
+from kvpocket.verify.traces.tracecheck import EventChecker
 
 UNUSED_ID_BASE = 1_000_000  # implementation id used for a model slot never created
 
@@ -66,18 +70,70 @@ class StepRecord:
     events: list[str]
 
 
+class _LineSink(io.StringIO):
+    """A text stream that keeps each complete line written to it until taken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: deque[str] = deque()
+        self._part = ""
+
+    def write(self, s: str) -> int:
+        *done, self._part = (self._part + s).split("\n")
+        self.lines.extend(done)
+        return len(s)
+
+
+class EventLogCheck:
+    """The implementation's own event log (`impl/eventlog.py`, written as an integrator's
+    manager writes it), each line parsed and checked as it is written, by the checker of
+    `kvpocket trace check` on a model of its own."""
+
+    NAME = "event log"
+
+    def __init__(self, cfg: KVConfig) -> None:
+        self.sink = _LineSink()
+        self.checker = EventChecker(cfg)
+        self.checked = 0
+        self._events: Iterator[Event] | None = None
+
+    def _rows(self) -> Iterator[tuple[int, str, bool]]:
+        lineno = 0
+        while True:  # read only when a line is waiting (see `take`), so never runs dry
+            lineno += 1
+            yield lineno, self.sink.lines.popleft(), True
+
+    def take(self) -> list[str]:
+        """Check the lines written since the last call; the report of the first one that
+        is malformed or disagrees with the model, else []."""
+        try:
+            if self._events is None:  # the header, written when the manager was built
+                self._events = iter(EventStream(self._rows(), self.NAME, True))
+            while self.sink.lines:
+                ev = next(self._events)
+                self.checked += 1
+                verdict = self.checker.check(ev, self.checked, self.NAME)
+                if verdict is not None:
+                    return verdict.report.splitlines()
+        except TraceError as exc:
+            return [f"the implementation wrote a malformed line: {exc}"]
+        return []
+
+
 class Lockstep:
     """Implementation and model in lockstep on one configuration."""
 
     def __init__(self, cfg: KVConfig, backend: str = "numpy", eager: bool = True,
-                 check_data: bool = True) -> None:
+                 check_data: bool = True, check_event_log: bool = False) -> None:
         self.cfg = cfg
         # kvpocket's implementation is the `lru` engine: its lockstep checks that profile too
         # (victim order, pocket pop order), not just the safety spec
         self.model = Model(cfg.with_order(Order.LRU))
         options = {"eager": eager} if backend == "numpy" else {}
+        self.log_check = EventLogCheck(cfg) if check_event_log else None
         self.impl = KVCacheManager(cfg, backend=backend, slot_elems=max(8, cfg.tokens_per_block),
-                                   backend_options=options)
+                                   backend_options=options,
+                                   event_log=self.log_check.sink if self.log_check else None)
         self.oracle = DecodeOracle(self.impl) if check_data else None
         self.impl_id: dict[int, int] = {}  # model slot -> implementation id (current)
         self.next_id = 0
@@ -157,6 +213,11 @@ class Lockstep:
             raise Divergence(n, "different choices", [f"{action}({_fmt(params)})",
                                                        *chooser.unmatched,
                                                        *self._choices_lines()])
+        if self.log_check is not None:
+            bad_log = self.log_check.take()
+            if bad_log:
+                raise Divergence(n, "the event log disagrees with the model",
+                                 [f"after {action}({_fmt(params)})", *bad_log])
         return rec
 
     def _choices_lines(self) -> list[str]:

@@ -8,10 +8,20 @@ of `DEFAULT_MATRIX` in rounds: each round runs one short *slice* (a few examples
 every cell, and rounds repeat until the budget is spent. A bug that only one cell can
 reach is therefore met within the first round, a few seconds in.
 
-Every slice draws its examples from (seed, cell, round) alone, so a run is reproducible
-whatever the number of workers; every failure is shrunk and written as a trace and a
-pytest file (`fuzz.write_reproducers`). Generation is steered toward rare states by
-`target()` in the machine; the report names every rare state that no cell reached.
+Two cells draw their configuration per example (`configs.kv_configs`: several sliding
+windows, sinks, full attention first or last, split pools, one to three levels), so a
+shape no preset has is explored too; and one example in `EVENT_LOG_EVERY` of every
+cell also checks the implementation's event log line by line with `trace check`'s
+checker.
+
+Every slice draws its examples from (seed, cell, round) alone, and a round's slices are
+planned from the rounds before it only (steering: a cell that has not reached every rare
+state it can, or reached its last one late, gets more examples), so a run is
+reproducible whatever the number of workers, and a run stopped by an example budget
+(`total_examples`) is the same run on every machine. Every failure is shrunk and written
+as a trace and a pytest file (`fuzz.write_reproducers`). The report names every rare
+state no cell reached, and per cell the example at which each rare state was first
+reached.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import json
 import multiprocessing as mp
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +51,7 @@ from kvpocket.verify.conformance.lockstep import RARE_STATES
 from kvpocket.verify.presets import PRESETS
 
 OFF = "off"  # a cell's policy when its pocket is disabled
+DRAWN = "drawn"  # a cell's config_name when every example draws its own configuration
 
 
 @dataclass(frozen=True)
@@ -55,11 +66,20 @@ class Cell:
     def name(self) -> str:
         return f"{self.config_name}/{self.policy}"
 
+    @property
+    def drawn(self) -> bool:
+        return self.config_name == DRAWN
+
     def config(self) -> KVConfig:
-        base = PRESETS[self.config_name].config
+        """The cell's configuration (a drawn cell: a stand-in naming its policy only)."""
+        base = PRESETS["two-level" if self.drawn else self.config_name].config
         if self.policy == OFF:
             return base.with_pocket(enabled=False)
         return base.with_pocket(True, PocketPolicy.parse(self.policy))
+
+    def expected(self) -> list[str]:
+        """The rare states the cell must reach (a drawn cell: none is certain)."""
+        return [] if self.drawn else expected_rare_states(self.config())
 
 
 DEFAULT_MATRIX: tuple[Cell, ...] = (
@@ -77,9 +97,24 @@ DEFAULT_MATRIX: tuple[Cell, ...] = (
     Cell("sinks", "revalidate", "sink blocks that never leave the window"),
     Cell("gpu-only", "revalidate", "one level: HELD pages are never evictable"),
     Cell("two-level", OFF, "the pocket off: every new block goes through the allocator"),
+    Cell(DRAWN, "revalidate", "a configuration drawn per example: one to three sliding "
+         "windows of different sizes, sinks, full attention first or last, split pools, one "
+         "to three levels (the pocket sometimes off)"),
+    Cell(DRAWN, "pin", "drawn configurations as above, pinned pocket pages"),
 )
 
 SLICE_EXAMPLES = 8  # examples per cell per round: small, so one round visits every cell fast
+MAX_SLICE_EXAMPLES = 32  # slices double per round up to this
+MAX_PARTS = 3  # slices of one cell in one round (steering gives up to two more)
+# One example in 16 of every cell also checks the event log (a checked example costs about
+# 1.8 times an unchecked one: a second model runs the log; so ~5% of the campaign's time).
+EVENT_LOG_EVERY = 16
+# The work the default campaign is meant to do (all cells together): a little less than
+# `kvpocket fuzz` runs in its 60 s on a quiet 2-core machine (806 steps/s per worker, ~80
+# steps per example: ~1200). Its kill figures (tests/quality, docs) are measured with this
+# example budget, so they hold on any machine; a timed run that ends before doing this
+# much says so.
+DEFAULT_EXAMPLES = 1000
 
 
 @dataclass
@@ -91,6 +126,9 @@ class MatrixFailure:
     steps: int  # length of the shrunk trace
     seconds: float  # from the campaign's start to the failure being written
     kind: str  # the Divergence kind (first report line), e.g. "model invariant violated"
+    # Examples of the whole campaign, in its planned order, up to and including the one
+    # that failed: the machine-independent measure of how fast the bug was found.
+    examples: int = 0
 
 
 @dataclass
@@ -100,6 +138,9 @@ class CellStats:
     slices: int = 0
     rare_states: dict[str, int] = field(default_factory=dict)
     expected: list[str] = field(default_factory=list)
+    # Rare state -> the cell's example (1-based, in planned order) that first reached it.
+    first_reached: dict[str, int] = field(default_factory=dict)
+    steered: int = 0  # extra slices steering gave the cell
 
 
 @dataclass
@@ -117,6 +158,9 @@ class MatrixReport:
     unreached: list[str] = field(default_factory=list)  # expected somewhere, reached nowhere
     failures: list[MatrixFailure] = field(default_factory=list)
     interrupted: bool = False
+    total_examples: int | None = None  # the example budget, when the run had one
+    intended_examples: int = DEFAULT_EXAMPLES  # the work the default campaign is meant to do
+    ran_short: bool = False  # a timed run ended before doing the intended work (slow machine)
 
     @property
     def steps_per_second(self) -> float:
@@ -129,8 +173,12 @@ class MatrixReport:
 
 @dataclass(frozen=True)
 class Slice:
-    cell: int
-    round: int
+    """One planned slice: its cell, its spec, and where it sits in the planned order."""
+
+    cell: Cell
+    spec: CampaignSpec
+    before: int  # examples of the whole campaign planned before it
+    cell_before: int  # examples of its cell planned before it
 
 
 def slice_seed(seed: int, cell: Cell, rnd: int, part: int = 0) -> int:
@@ -152,20 +200,36 @@ def matrix_cells(policy: str | None = None, cells: tuple[Cell, ...] = DEFAULT_MA
         if c.policy == OFF:
             continue
         moved = Cell(c.config_name, policy, c.reaches)
-        if moved not in out:
+        if moved.name not in {x.name for x in out}:
             out.append(moved)
     return tuple(out)
 
 
 def _slice_spec(cell: Cell, rnd: int, part: int, seed: int, examples: int, out_dir: str,
-                profile: str, steps: int | None, backend: str, database: str | None
-                ) -> CampaignSpec:
+                profile: str, steps: int | None, backend: str, database: str | None,
+                event_log_every: int) -> CampaignSpec:
+    draw = () if not cell.drawn else (
+        (PocketPolicy.REVALIDATE,) if cell.policy == OFF else (PocketPolicy.parse(cell.policy),))
     return CampaignSpec(cell.config_name, cell.config(), profile=profile, examples=examples,
                         steps=steps, seed=slice_seed(seed, cell, rnd, part), backend=backend,
                         database=database, out_dir=out_dir, batch=examples,
                         tag=f"{cell.config_name}-{cell.policy}-{seed}-r{rnd}"
                         + (f"-{part}" if part else ""),
-                        namespace=cell.name)
+                        namespace=cell.name, draw_policies=draw,
+                        event_log_every=event_log_every)
+
+
+def steering_slices(stats: CellStats) -> int:
+    """Extra slices a cell gets in the next round, from what its earlier rounds reached:
+    one while a rare state it can reach is still unreached, one while the last rare state
+    it reached was first reached in the later half of its examples (its rarest paths are
+    rare: more examples find them, and what lies behind them, sooner)."""
+    extra = 0
+    if any(not stats.rare_states.get(x) for x in stats.expected):
+        extra += 1
+    if stats.first_reached and 2 * max(stats.first_reached.values()) > stats.examples:
+        extra += 1
+    return min(extra, MAX_PARTS - 1)
 
 
 def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
@@ -174,115 +238,165 @@ def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
                steps: int | None = None, profile: str = "dev", backend: str = "numpy",
                database: str | None = None, cells: tuple[Cell, ...] = DEFAULT_MATRIX,
                keep_going: bool = False,
-               on_slice: Callable[[str, CampaignReport], None] | None = None) -> MatrixReport:
-    """Run the matrix until `budget_s` seconds are spent (or, with `examples_per_cell`,
-    until every cell has run that many examples). Stops at the first failure unless
-    `keep_going`. Raises `CampaignUsageError` for a usage problem Hypothesis reports
-    (a health check), never reporting it as a found bug."""
+               on_slice: Callable[[str, CampaignReport], None] | None = None,
+               total_examples: int | None = None,
+               event_log_every: int = EVENT_LOG_EVERY) -> MatrixReport:
+    """Run the matrix until `budget_s` seconds are spent, or (with `total_examples`) until
+    that many examples in all have run, on the same plan a timed run follows (the same
+    run on every machine), or (with `examples_per_cell`) exactly that many examples per
+    cell in fixed slices. Stops at the first failure unless `keep_going`. Raises
+    `CampaignUsageError` for a usage problem Hypothesis reports (a health check), never
+    reporting it as a found bug."""
     chosen = matrix_cells(policy, cells)
-    report = MatrixReport(seed, workers, budget_s, policy, backend)
+    report = MatrixReport(seed, workers, budget_s, policy, backend,
+                          total_examples=total_examples)
     for c in chosen:
-        report.cells[c.name] = CellStats(expected=expected_rare_states(c.config()))
+        report.cells[c.name] = CellStats(expected=c.expected())
     rare: Counter[str] = Counter()
     start = time.monotonic()
+    fixed = examples_per_cell is not None
+    timed = not fixed and total_examples is None
     slice_n = SLICE_EXAMPLES if examples_per_cell is None else min(SLICE_EXAMPLES,
                                                                    examples_per_cell)
-    rounds = None if examples_per_cell is None else -(-examples_per_cell // slice_n)
+    planned = 0  # examples of the whole campaign planned so far
 
-    def slices() -> Iterator[tuple[Cell, CampaignSpec]]:
-        rnd = 0
-        while rounds is None or rnd < rounds:
-            for c in chosen:
-                if examples_per_cell is not None:
-                    n = min(slice_n, examples_per_cell - rnd * slice_n)
-                    yield c, _slice_spec(c, rnd, 0, seed, n, out_dir, profile, steps, backend,
-                                         database)
+    def plan(rnd: int) -> list[Slice]:
+        """Round `rnd`'s slices, from the rounds before it only (complete by now)."""
+        nonlocal planned
+        out: list[Slice] = []
+        for c in chosen:
+            stats = report.cells[c.name]
+            if fixed:
+                assert examples_per_cell is not None
+                sizes = [min(slice_n, examples_per_cell - rnd * slice_n)]
+            else:
+                extra = steering_slices(stats) if rnd > 0 else 0
+                stats.steered += extra
+                sizes = [min(slice_n << rnd, MAX_SLICE_EXAMPLES)] * (1 + extra)
+            cell_before = stats.examples + sum(x.spec.examples or 0 for x in out
+                                               if x.cell == c)
+            for part, n in enumerate(sizes):
+                if total_examples is not None:
+                    n = min(n, total_examples - planned)
+                if n <= 0:
                     continue
-                # Time-bounded: slices grow (room for Hypothesis's target phase), and a
-                # cell that has not reached every rare state it can gets a second slice.
-                n = slice_n << min(rnd, 2)
-                stats = report.cells[c.name]
-                extra = rnd > 0 and any(not stats.rare_states.get(x) for x in stats.expected)
-                for part in range(1 + extra):
-                    yield c, _slice_spec(c, rnd, part, seed, n, out_dir, profile, steps,
-                                         backend, database)
-            rnd += 1
+                spec = _slice_spec(c, rnd, part, seed, n, out_dir, profile, steps, backend,
+                                   database, event_log_every)
+                out.append(Slice(c, spec, planned, cell_before))
+                planned += n
+                cell_before += n
+        return out
 
     def time_left() -> bool:
-        return examples_per_cell is not None or time.monotonic() - start < budget_s
+        return not timed or time.monotonic() - start < budget_s
 
-    def absorb(cell: Cell, r: CampaignReport) -> bool:
-        """Fold one slice's report in; True when the campaign should stop."""
-        stats = report.cells[cell.name]
+    def absorb(sl: Slice, r: CampaignReport) -> None:
+        """Fold one slice's report in."""
+        stats = report.cells[sl.cell.name]
         stats.examples += r.examples
         stats.steps += r.steps
         stats.slices += 1
         for name, n in r.rare_states.items():
             stats.rare_states[name] = stats.rare_states.get(name, 0) + n
             rare[name] += n
+        for name, index in r.first_reached.items():
+            at = sl.cell_before + index
+            stats.first_reached[name] = min(at, stats.first_reached.get(name, at))
         report.examples += r.examples
         report.steps += r.steps
         for f in r.failures:
             report.failures.append(MatrixFailure(
-                cell.name, f.message, f.trace, f.test, f.steps, time.monotonic() - start,
-                _kind(f.message)))
+                sl.cell.name, f.message, f.trace, f.test, f.steps, time.monotonic() - start,
+                _kind(f.message), sl.before + r.examples))
         if on_slice is not None:
-            on_slice(cell.name, r)
-        return bool(r.failures) and not keep_going
+            on_slice(sl.cell.name, r)
 
     from kvpocket.verify.cli.render import MatrixProgress
 
     with MatrixProgress(report, budget_s, show_progress) as bar:
+        runner = _Runner(workers, bar)
         try:
-            if workers <= 1:
-                for cell, spec in slices():
-                    if not time_left():
-                        break
-                    bar.current(cell.name)
-                    if absorb(cell, run_worker(spec, progress=bar.tick)):
-                        break
-            else:
-                _run_pool(slices(), workers, time_left, absorb, bar)
+            rnd = 0
+            while time_left():
+                if fixed and rnd * slice_n >= (examples_per_cell or 0):
+                    break
+                if total_examples is not None and planned >= total_examples:
+                    break
+                round_slices = plan(rnd)
+                if not round_slices:
+                    break
+                found = runner.run(round_slices, time_left, absorb,
+                                   lambda: bool(report.failures) and not keep_going)
+                if found:
+                    break
+                rnd += 1
         except KeyboardInterrupt:
             report.interrupted = True
+        finally:
+            runner.close()
     report.seconds = time.monotonic() - start
+    report.failures.sort(key=lambda f: f.examples)  # the first in planned order first
     report.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
     wanted = {n for s in report.cells.values() for n in s.expected}
     report.unreached = [n for n in RARE_STATES if n in wanted and not rare.get(n)]
+    report.ran_short = (timed and not report.failures and not report.interrupted
+                        and report.examples < report.intended_examples)
     return report
 
 
-def _run_pool(work: Iterator[tuple[Cell, CampaignSpec]], workers: int,
-              time_left: Callable[[], bool], absorb: Callable[[Cell, CampaignReport], bool],
-              bar: Any) -> None:
-    """Keep `workers` slices in flight, in matrix order, until the budget or a failure."""
-    ctx = mp.get_context("spawn")
-    counter = ctx.Value("q", 0)
-    pool = ctx.Pool(workers, initializer=init_worker, initargs=(counter, patching.active()))
-    in_flight: list[tuple[Cell, Any]] = []
-    try:
-        stop = False
-        while not stop:
-            while len(in_flight) < workers and time_left():
-                nxt = next(work, None)
-                if nxt is None:
-                    break
-                in_flight.append((nxt[0], pool.apply_async(worker_entry, (nxt[1],))))
+class _Runner:
+    """Runs one round's slices, in planned order, in this process or `workers` processes
+    (a pool kept for the whole campaign)."""
+
+    def __init__(self, workers: int, bar: Any) -> None:
+        self.workers, self.bar = workers, bar
+        self.pool: Any = None
+        self.counter: Any = None
+
+    def run(self, slices: list[Slice], time_left: Callable[[], bool],
+            absorb: Callable[[Slice, CampaignReport], None], stop: Callable[[], bool]) -> bool:
+        """True when the campaign should stop (a failure found and not keep_going)."""
+        if self.workers <= 1:
+            for sl in slices:
+                if not time_left():
+                    return False
+                self.bar.current(sl.cell.name)
+                absorb(sl, run_worker(sl.spec, progress=self.bar.tick))
+                if stop():
+                    return True
+            return False
+        if self.pool is None:
+            ctx = mp.get_context("spawn")
+            self.counter = ctx.Value("q", 0)
+            self.pool = ctx.Pool(self.workers, initializer=init_worker,
+                                 initargs=(self.counter, patching.active()))
+        todo = list(slices)
+        in_flight: list[tuple[Slice, Any]] = []
+        stopping = False
+        while True:
+            while not stopping and todo and len(in_flight) < self.workers and time_left():
+                sl = todo.pop(0)
+                in_flight.append((sl, self.pool.apply_async(worker_entry, (sl.spec,))))
             if not in_flight:
-                break
+                return stopping
             done = [item for item in in_flight if item[1].ready()]
             if not done:
                 in_flight[0][1].wait(0.2)
-                bar.set_steps(counter.value)
+                self.bar.set_steps(self.counter.value)
                 continue
             for item in done:
                 in_flight.remove(item)
-                if absorb(item[0], item[1].get()):
-                    stop = True
-                    break
-    finally:
-        pool.terminate()
-        pool.join()
+                absorb(item[0], item[1].get())
+                if stop():
+                    # Nothing new starts; of the slices running, only those planned before
+                    # this one may still find an earlier failure: the rest are dropped.
+                    stopping = True
+                    in_flight = [x for x in in_flight if x[0].before < item[0].before]
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
 
 
 def _kind(message: str) -> str:

@@ -53,7 +53,9 @@ def replay(trace: Trace, backend: str | None = None) -> ReplayResult:
     """Run a trace; the first divergence or violated invariant ends it. A trace recorded
     with seeded bugs switched on (its header's `seeded_bugs`) replays only with the same
     bugs on (`kvpocket replay` switches them on; so does its pytest reproducer): otherwise
-    TraceError, never a replay of the correct implementation that passes."""
+    TraceError, never a replay of the correct implementation that passes. A trace whose
+    header says `"event_log": true` (its campaign example checked the event log) has the
+    implementation's event log checked at every step too."""
     missing = patching.missing_bugs(trace.extra)
     if missing:
         raise TraceError(f"the trace was recorded with seeded bug(s) {', '.join(missing)} "
@@ -66,7 +68,8 @@ def replay(trace: Trace, backend: str | None = None) -> ReplayResult:
                          "inside kvpocket.model.overrides.overriding(...)")
     if any(s.layer == "page" for s in trace.steps):
         return _replay_page_layer(trace)
-    ls = Lockstep(trace.config, backend=backend or trace.backend, eager=trace.eager)
+    ls = Lockstep(trace.config, backend=backend or trace.backend, eager=trace.eager,
+                  check_event_log=bool(trace.extra.get("event_log", False)))
     default_policy = ls.impl.slot_policy
     for i, step in enumerate(trace.steps):
         forced = [int(v) for k, v in step.choices if k == "slot"]

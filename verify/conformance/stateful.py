@@ -18,7 +18,8 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kvpocket.model.config import GPU_LEVEL, NONE, CommitState, KVConfig, SeqStatus
+from kvpocket.model.config import GPU_LEVEL, NONE, CommitState, KVConfig, PocketPolicy, SeqStatus
+from kvpocket.verify.conformance.configs import kv_configs
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.traces.alphabet import alphabet
 
@@ -34,11 +35,17 @@ class CampaignStats:
     rare: Counter[str] = field(default_factory=Counter)
     max_pocket: int = 0
     failure: tuple[Trace, str] | None = None  # the last failing trace (the shrunk one)
+    failure_config: KVConfig | None = None  # its configuration (drawn or the machine's)
+    failure_event_log: bool = False  # its example checked the event log too
     on_step: Callable[[int], None] | None = None  # progress hook set by the runner
+    # Rare state -> the 1-based index (in this batch) of the first example reaching it.
+    first_reached: dict[str, int] = field(default_factory=dict)
 
     def reset(self) -> None:
         self.examples, self.steps, self.max_pocket, self.failure = 0, 0, 0, None
+        self.failure_config, self.failure_event_log = None, False
         self.rare.clear()
+        self.first_reached.clear()
 
 
 STATS = CampaignStats()
@@ -47,18 +54,37 @@ STATS = CampaignStats()
 class LockstepMachine(RuleBasedStateMachine):
     """Parametrised by a subclass (see `machine_for`)."""
 
-    cfg: ClassVar[KVConfig]
+    cfg: KVConfig  # the class's configuration (a drawn one: this example's, see `start`)
     backend: ClassVar[str] = "numpy"
     eager: ClassVar[bool] = False  # streams run only when an `advance` rule says so
+    # Every k-th example (0: none) also writes the implementation's event log and checks
+    # each line with `kvpocket trace check`'s checker (`Lockstep(check_event_log=True)`).
+    event_log_every: ClassVar[int] = 0
+    event_log_offset: ClassVar[int] = 0  # which examples: those with (index + offset) % k == 0
+    ls: Lockstep
 
     def __init__(self) -> None:
         super().__init__()
-        self.ls = Lockstep(self.cfg, backend=self.backend, eager=self.eager)
         self.trace: Trace = []
         self.max_pocket = 0
         self.failed = False
         self.reached: set[str] = set()  # rare states this example reached (steers target())
         STATS.examples += 1
+        self.index = STATS.examples
+        # Every k-th example from an offset (a campaign's seed picks it, so short slices of
+        # many cells check different examples); never the first, Hypothesis's simplest.
+        k = self.event_log_every
+        self.check_event_log = k > 0 and self.index > 1 and (
+            self.index + self.event_log_offset) % k == 0
+        if not self.draws_config:
+            self._open(self.cfg)
+
+    draws_config: ClassVar[bool] = False
+
+    def _open(self, cfg: KVConfig) -> None:
+        self.cfg = cfg
+        self.ls = Lockstep(cfg, backend=self.backend, eager=self.eager,
+                           check_event_log=self.check_event_log)
 
     # ---- plumbing ------------------------------------------------------------------------
     def _step(self, action: str, params: dict[str, Any]) -> None:
@@ -69,6 +95,7 @@ class LockstepMachine(RuleBasedStateMachine):
             self.failed = True
             STATS.failure = (list(self.trace), f"{type(exc).__name__}: {exc}"
                              if not isinstance(exc, Divergence) else str(exc))
+            STATS.failure_config, STATS.failure_event_log = self.cfg, self.check_event_log
             raise
         STATS.steps += 1
         if STATS.on_step is not None:
@@ -77,6 +104,7 @@ class LockstepMachine(RuleBasedStateMachine):
             event(name)
             STATS.rare[name] += 1
             self.reached.add(name)
+            STATS.first_reached.setdefault(name, self.index)
         self.max_pocket = max(self.max_pocket, self.ls.pocket_occupancy())
         STATS.max_pocket = max(STATS.max_pocket, self.max_pocket)
 
@@ -407,21 +435,49 @@ class LockstepMachine(RuleBasedStateMachine):
         # Guide generation toward full pockets (target() may be called once per example).
         target(float(self.max_pocket), label="max pocket occupancy")
         target(float(len(self.reached)), label="distinct rare states")
-        if self.failed:
-            return  # the step's own failure is the one to report
+        if self.failed or "ls" not in vars(self):
+            return  # the step's own failure is the one to report (or nothing ran)
         try:
             self.ls.finish()
         except Divergence as exc:
             STATS.failure = (list(self.trace), str(exc))
+            STATS.failure_config, STATS.failure_event_log = self.cfg, self.check_event_log
             raise
         finally:
             if self.ls.impl.backend.name == "cupy":
                 self.ls.impl.synchronize()
 
 
-def machine_for(cfg: KVConfig, backend: str = "numpy", eager: bool = False
+def machine_for(cfg: KVConfig, backend: str = "numpy", eager: bool = False,
+                event_log_every: int = 0, event_log_offset: int = 0
                 ) -> type[LockstepMachine]:
     """A machine class bound to a configuration (Hypothesis machines take no arguments)."""
     return type("LockstepMachine", (LockstepMachine,), {
-        "cfg": cfg, "backend": backend, "eager": eager, "__module__": __name__,
+        "cfg": cfg, "backend": backend, "eager": eager, "event_log_every": event_log_every,
+        "event_log_offset": event_log_offset, "__module__": __name__,
     })
+
+
+def drawn_machine_for(policies: tuple[PocketPolicy, ...], backend: str = "numpy",
+                      eager: bool = False, event_log_every: int = 0, event_log_offset: int = 0
+                      ) -> type[LockstepMachine]:
+    """A machine whose every example first draws its configuration (`configs.kv_configs`)
+    under one of `policies`: the configuration is part of the example, so Hypothesis
+    explores shapes no preset has and shrinks a failing configuration too."""
+
+    class DrawnConfigMachine(LockstepMachine):
+        draws_config = True
+
+        @initialize(cfg=kv_configs(policies), n=st.integers(0, 2),
+                    committing=st.lists(st.booleans(), max_size=2))
+        def start(self, cfg: KVConfig, n: int, committing: list[bool]) -> None:
+            self._open(cfg)
+            LockstepMachine.start(self, n, committing)
+
+    DrawnConfigMachine.cfg = KVConfig()  # a stand-in until `start` draws the example's own
+    DrawnConfigMachine.backend = backend
+    DrawnConfigMachine.eager = eager
+    DrawnConfigMachine.event_log_every = event_log_every
+    DrawnConfigMachine.event_log_offset = event_log_offset
+    DrawnConfigMachine.__module__ = __name__
+    return DrawnConfigMachine

@@ -26,6 +26,7 @@ from typing import Any
 
 from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_life_cycle
 from kvpocket.model.state import Layout
+from kvpocket.verify.presets import ConfigFileError, is_config_file, load_config_file
 from kvpocket.verify.proofs.bmc import bmc
 from kvpocket.verify.proofs.bounded import BmcResult, properties
 from kvpocket.verify.proofs.explicit import explicit_bmc
@@ -101,7 +102,8 @@ DEFAULT_MATRIX = ("gpu", "gpu-host", "gpu-host-disk", "gpu-host-2seq")
 def add_prove_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None,
                         help="one configuration (default: the matrix " +
-                        ", ".join(DEFAULT_MATRIX) + "); one of " + ", ".join(PROVE_CONFIGS))
+                        ", ".join(DEFAULT_MATRIX) + "); one of " + ", ".join(PROVE_CONFIGS)
+                        + ", or a JSON configuration file")
     parser.add_argument("--policy", default=None,
                         help="pocket policy: revalidate|pin|unsafe (default: revalidate and pin)")
     parser.add_argument("--depth", type=int, default=None,
@@ -177,24 +179,26 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
         if depth is None:
             depth = (DEFAULT_DEPTH if policy == "unsafe" or engine == "explicit"
                      else SYMBOLIC_DEPTH)
-        _validate(config_name, policy, depth, page_depth, workers)
+        custom = _config_file(config_name)
+        _validate(None if custom else config_name, policy, depth, page_depth, workers)
     except ProveUsageError as exc:
         print(f"kvpocket prove: error: {exc}", file=sys.stderr)
         return 2
-    names = [config_name] if config_name else list(DEFAULT_MATRIX)
+    known = {**PROVE_CONFIGS, **({custom.name: custom} if custom else {})}
+    names = [custom.name] if custom else [config_name] if config_name else list(DEFAULT_MATRIX)
     policies = [policy] if policy else list(DEFAULT_POLICIES)
     if parametric:  # every size: one cell per configuration shape and policy
         from kvpocket.verify.proofs.parametric import run_parametric
 
-        return run_parametric([(f"{n}/{pol}", PROVE_CONFIGS[n].config.with_pocket(True, pol))
+        return run_parametric([(f"{n}/{pol}", known[n].config.with_pocket(True, pol))
                                for n in names for pol in policies], json_path, workers)
     rows: list[Row] = []
     traces: list[str] = []
     texts: list[str] = []
     t_all = time.perf_counter()
     page_all = config_name is not None
-    jobs = [_Job(name, pol, depth, page_depth, out_dir, page_all, engine) for name in names
-            for pol in policies]
+    jobs = [_Job(name, pol, depth, page_depth, out_dir, page_all, engine, custom)
+            for name in names for pol in policies]
     progress = sys.stderr.isatty()
 
     def done_one(i: int) -> None:
@@ -206,7 +210,7 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         # Slowest cells first (better packing); results are put back in job order.
-        order = sorted(range(len(jobs)), key=lambda i: -PROVE_CONFIGS[jobs[i].config].cost)
+        order = sorted(range(len(jobs)), key=lambda i: -known[jobs[i].config].cost)
         results: list[tuple[list[Row], list[str], list[str]] | None] = [None] * len(jobs)
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
             futures = {pool.submit(_prove_one, jobs[i]): i for i in order}
@@ -301,6 +305,19 @@ class _Job:
     out_dir: str
     page_all: bool  # page-level BMC on every configuration (one was named)
     engine: str
+    custom: ProveConfig | None = None  # a configuration from a JSON file (`--config FILE`)
+
+
+def _config_file(name: str | None) -> ProveConfig | None:
+    """`--config FILE.json`: a configuration of the user's own, with page-level and
+    API-level BMC as well as induction; None for a matrix name (or none)."""
+    if name is None or name in PROVE_CONFIGS or not is_config_file(name):
+        return None
+    try:
+        cfg = load_config_file(name)
+    except ConfigFileError as exc:
+        raise ProveUsageError(f"argument --config: {exc}") from None
+    return ProveConfig(Path(name).stem, f"from {name}", cfg, page_bmc=True, api_bmc=True)
 
 
 def _bmc_runs(lay: Layout, layer: str, depth: int, engine: str,
@@ -340,7 +357,7 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
     and it is fastest in a Z3 context that the induction queries have not filled yet.
     """
     name, pol, depth, page_depth = job.config, job.policy, job.depth, job.page_depth
-    pc = PROVE_CONFIGS[name]
+    pc = job.custom or PROVE_CONFIGS[name]
     cfg = pc.config.with_pocket(True, pol)
     label = f"{name}/{pol}"
     lay = Layout(cfg)

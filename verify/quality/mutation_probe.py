@@ -24,6 +24,7 @@ import math
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -240,9 +241,24 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def fuzz_command(budget_s: float, seed: int, out_dir: str, python: str = sys.executable) -> list[str]:
-    return [python, "-m", "kvpocket.verify.cli", "fuzz", "--minutes", f"{budget_s / 60:.4f}",
-            "--workers", "1", "--seed", str(seed), "--out", out_dir, "--no-progress"]
+def fuzz_command(budget_s: float, seed: int, out_dir: str, python: str = sys.executable,
+                 examples: int = 0) -> list[str]:
+    """The default campaign on one worker: on an example budget when `examples` (the same
+    verdict on any machine, and the examples-to-kill reported), else on `budget_s`."""
+    budget = ["--total-examples", str(examples)] if examples else \
+        ["--minutes", f"{budget_s / 60:.4f}"]
+    return [python, "-m", "kvpocket.verify.cli", "fuzz", *budget, "--json",
+            str(Path(out_dir) / "report.json"), "--workers", "1", "--seed", str(seed), "--out",
+            out_dir, "--no-progress"]
+
+
+def examples_to_kill(report: Path) -> int | None:
+    """The failing example's place in the campaign's plan, from its JSON report."""
+    try:
+        failures = json.loads(report.read_text()).get("failures") or []
+        return int(failures[0]["examples"]) if failures else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def classify_exit(rc: int | None, timed_out: bool) -> tuple[str, int]:
@@ -261,7 +277,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     env = dict(os.environ, PYTHONPATH=str(root / ".devpath"), PYTHONDONTWRITEBYTECODE="1")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kvmut-") as out:
-        proc = subprocess.Popen(fuzz_command(args.budget, args.seed, out), cwd=root, env=env,
+        proc = subprocess.Popen(fuzz_command(args.budget, args.seed, out,
+                                             examples=args.examples), cwd=root, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         timed_out = False
@@ -274,6 +291,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             except OSError:
                 proc.kill()
             output, _ = proc.communicate()
+        kill_at = examples_to_kill(Path(out) / "report.json")
     text = output.decode("utf-8", "replace")
     verdict, code = classify_exit(proc.returncode, timed_out)
     if verdict == "killed" and "Traceback (most recent call last)" in text and "fuzz campaign" not in text:
@@ -281,7 +299,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     lines = text.splitlines()
     tail = [ln for ln in lines if ln.startswith("failure")][:1] or lines[-8:]
     print("\n".join(tail))
-    print(f"{MARK} {verdict} seconds={time.monotonic() - t0:.1f}")
+    at = f" examples={kill_at}" if kill_at is not None and verdict == "killed" else ""
+    print(f"{MARK} {verdict} seconds={time.monotonic() - t0:.1f}{at}")
     return code
 
 
@@ -303,9 +322,19 @@ def verdict_of(output: str | None) -> tuple[str | None, float | None]:
         if ln.startswith(MARK):
             words = ln[len(MARK):].split()
             secs = [float(w.split("=", 1)[1]) for w in words if w.startswith("seconds=")]
-            verdict = " ".join(w for w in words if not w.startswith("seconds="))
+            verdict = " ".join(w for w in words
+                               if not w.startswith(("seconds=", "examples=")))
             return verdict, (secs[0] if secs else None)
     return None, None
+
+
+def kill_examples_of(output: str | None) -> int | None:
+    """The runner's examples-to-kill (campaigns on an example budget), if it printed one."""
+    for ln in reversed((output or "").splitlines()):
+        if ln.startswith(MARK):
+            found = [w.split("=", 1)[1] for w in ln.split() if w.startswith("examples=")]
+            return int(found[0]) if found else None
+    return None
 
 
 def load_equivalents(path: str | None) -> dict[str, str]:
@@ -404,6 +433,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     secs = [x for x in (verdict_of(r.output)[1] for r in done.values() if r is not None) if x is not None]
     score["seconds_per_mutant"] = round(sum(secs) / len(secs), 2) if secs else None
     score["seconds_total"] = round(sum(secs), 1)
+    kills = sorted(x for x in (kill_examples_of(r.output) for r in done.values()
+                               if r is not None) if x is not None)
+    if kills:  # the machine-independent measure, with MUTATION_EXAMPLES
+        score["examples_to_kill"] = {"median": statistics.median(kills), "worst": kills[-1]}
     score["per_module"] = {
         mod: dict(Counter(o for m, o in rows if m.module == mod and not o.startswith("skipped")))
         for mod in MODULES
@@ -424,7 +457,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 # ---- CLI -------------------------------------------------------------------------------
 def cmd_config(args: argparse.Namespace) -> int:
     command = " ".join([sys.executable, "-m", "kvpocket.verify.quality.mutation_probe", "run",
-                        "--budget", str(args.budget), "--hard", str(args.hard), "--seed", str(args.seed)])
+                        "--budget", str(args.budget), "--hard", str(args.hard), "--seed", str(args.seed),
+                        "--examples", str(args.examples)])
     excl = [e for e in (args.exclude_operators or "").split(",") if e]
     Path(args.out).write_text(config_text(command, args.hard + 30, excl))
     return 0
@@ -439,6 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--hard", type=float, default=45.0)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--exclude-operators", default="")
+    c.add_argument("--examples", type=int, default=0)
     c.set_defaults(fn=cmd_config)
     f = sub.add_parser("filter")
     f.add_argument("session")
@@ -456,6 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--budget", type=float, default=15.0)
     r.add_argument("--hard", type=float, default=45.0)
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--examples", type=int, default=0)
     r.set_defaults(fn=cmd_run)
     rep = sub.add_parser("report")
     rep.add_argument("sessions", nargs="+")

@@ -200,6 +200,7 @@ class MutantResult:
     killed: bool = False
     detectors: list[str] = field(default_factory=list)
     seconds: float | None = None  # time to kill (first detector), None if not killed
+    examples: int | None = None  # the default campaign's examples up to the kill (planned order)
     trace_length: int | None = None  # shrunk lockstep trace
     campaign: str = ""  # "killed: <kind>", "survived N examples", "budget exhausted"
     attention: str = "n/a"  # "caught", "missed", "n/a", "skipped" (no torch)
@@ -215,6 +216,7 @@ class MutantResult:
         return {**out, "killed": self.killed,
                 "detectors": self.detectors,
                 "seconds": None if self.seconds is None else round(self.seconds, 3),
+                "examples": self.examples,
                 "trace_length": self.trace_length, "campaign": self.campaign,
                 "attention": self.attention, "z3": self.z3, "trace": self.trace}
 
@@ -275,21 +277,27 @@ def lockstep_campaign(cfg: KVConfig, config_name: str, budget_s: float, examples
 
 
 def default_campaign(budget_s: float, seed: int = 0, workers: int = 1,
-                     out_dir: str | None = None) -> CampaignOutcome:
+                     out_dir: str | None = None, examples: int | None = None
+                     ) -> CampaignOutcome:
     """The default campaign (`kvpocket fuzz` with no options: the matrix, stopping at the
-    first failure) with whatever mutants are switched on (in this process)."""
+    first failure) with whatever mutants are switched on (in this process). With
+    `examples`, it stops on that example budget instead of `budget_s` (the same run, and
+    the same verdict, on any machine); `examples` of a kill is then the examples run up to
+    the failing one, in the campaign's planned order."""
     from kvpocket.verify.conformance.matrix import run_matrix
 
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
     t0 = time.monotonic()
-    report = run_matrix(seed=seed, budget_s=budget_s, workers=workers, out_dir=out)
+    report = run_matrix(seed=seed, budget_s=budget_s, workers=workers, out_dir=out,
+                        total_examples=examples)
     seconds = time.monotonic() - t0
     if not report.failures:
+        budget = f"{report.examples} examples" if examples is not None else \
+            f"{seconds:.0f} s, {report.examples} examples"
         return CampaignOutcome(False, "", seconds, None, None, report.examples,
-                               f"default campaign: survived {seconds:.0f} s, "
-                               f"{report.examples} examples")
-    f = min(report.failures, key=lambda x: x.seconds)
-    return CampaignOutcome(True, f.kind, f.seconds, f.steps, f.trace, report.examples,
+                               f"default campaign: survived {budget}")
+    f = report.failures[0]  # the first in planned order
+    return CampaignOutcome(True, f.kind, f.seconds, f.steps, f.trace, f.examples,
                            f"cell {f.cell}")
 
 
@@ -393,17 +401,20 @@ def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
 
 
 def run_mutant(m: Mutant, budget_s: float = 60.0, attention: bool = True,
-               z3: bool = True, bmc: bool = True, out_dir: str | None = None) -> MutantResult:
-    """Every detector on one mutant, with its switch on (restored afterwards)."""
+               z3: bool = True, bmc: bool = True, out_dir: str | None = None,
+               examples: int | None = None) -> MutantResult:
+    """Every detector on one mutant, with its switch on (restored afterwards). `examples`:
+    the default campaign's example budget (else it stops on `budget_s`)."""
     res = MutantResult(m.name, m.layer, origin=f"seeded: {m.modelled_on}")
     t0 = time.monotonic()
     with switched_on(*([m.name] if m.layer == "impl" else [])), overriding(m.overrides):
-        c = default_campaign(budget_s, out_dir=out_dir)
+        c = default_campaign(budget_s, out_dir=out_dir, examples=examples)
         res.campaign = f"default campaign, {c.detail}: killed: {c.kind}" if c.killed \
             else c.detail
         if c.killed:
             res.detectors.append(detector_of(c.kind))
             res.seconds, res.trace_length, res.trace = c.seconds, c.steps, c.trace
+            res.examples = c.examples
         if attention and m.data and not torch_available():
             res.attention = "skipped"
         elif attention and m.data:
@@ -449,7 +460,12 @@ def add_mutants_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the bug zoo (real-world bugs, verify/quality/zoo.py) under the default "
                              "campaign, instead of the seeded mutants")
     parser.add_argument("--budget", metavar="SECONDS", type=float, default=60.0,
-                        help="time budget per mutant, campaign and Z3 together (default 60)")
+                        help="time budget per mutant for Z3 (and for the campaign with "
+                        "--examples 0) (default 60)")
+    parser.add_argument("--examples", metavar="N", type=int, default=None,
+                        help="the default campaign's example budget per mutant (default: "
+                        "the examples the default campaign intends, so the verdict is the "
+                        "same on any machine; 0: stop on --budget seconds instead)")
     parser.add_argument("--json", dest="json_path", metavar="FILE", default=None,
                         help="write the kill matrix as JSON")
 
@@ -460,7 +476,7 @@ def _usage_error(message: str) -> int:
 
 
 def run_mutants(only: str | None, budget_s: float, json_path: str | None,
-                list_only: bool, zoo: bool = False) -> int:
+                list_only: bool, zoo: bool = False, examples: int | None = None) -> int:
     """Run the campaign; 0 when every mutant is killed, 1 when one survives, 2 on bad options.
     `zoo`: the bug zoo (`verify/quality/zoo.py: ZOO`) under the default campaign instead."""
     from rich.console import Console
@@ -509,11 +525,11 @@ def run_mutants(only: str | None, budget_s: float, json_path: str | None,
             if zoo:
                 console.print(f"[dim]zoo bug {name} ({escape(ZOO[name].origin)}), default "
                               f"campaign...[/dim]")
-                results.append(run_zoo_bug(ZOO[name], budget_s))
+                results.append(run_zoo_bug(ZOO[name], budget_s, examples=examples))
                 continue
             m = MUTANTS[name]
             console.print(f"[dim]mutant {m.name} ({m.layer}, {m.preset}/{m.policy})...[/dim]")
-            results.append(run_mutant(m, budget_s))
+            results.append(run_mutant(m, budget_s, examples=examples))
     except KeyboardInterrupt:  # the mutants that finished are reported, marked interrupted
         interrupted = True
         console.print(f"[yellow bold]INTERRUPTED[/] after {len(results)} of {len(chosen)}")
@@ -527,18 +543,24 @@ def run_mutants(only: str | None, budget_s: float, json_path: str | None,
         table.add_column("hazard", overflow="fold")
     for d in detectors:
         table.add_column(d, justify="center")
+    table.add_column("examples-to-kill", justify="right")
     table.add_column("time-to-kill s", justify="right")
     table.add_column("trace", justify="right")
     for r in results:
         marks = [_mark(r, d) for d in detectors]
         extra = [escape(r.origin), r.hazard or ""] if zoo else []
         table.add_row(r.name if r.killed else f"[red]{r.name}[/red]", *extra, *marks,
+                      "-" if r.examples is None else str(r.examples),
                       "-" if r.seconds is None else f"{r.seconds:.1f}",
                       "-" if r.trace_length is None else str(r.trace_length))
     console.print(table)
     times = [r.seconds for r in results if r.seconds is not None]
     lengths = [r.trace_length for r in results if r.trace_length is not None]
     summary = f"killed {killed} of {len(results)}"
+    counts = [r.examples for r in results if r.examples is not None]
+    if counts:  # the machine-independent measure (with an example budget)
+        summary += (f"; examples-to-kill median {statistics.median(counts):g}, worst "
+                    f"{max(counts)}" + (f" (budget {examples})" if examples else ""))
     if times:
         summary += (f"; time-to-kill median {statistics.median(times):.1f} s, worst "
                     f"{max(times):.1f} s")

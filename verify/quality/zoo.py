@@ -192,7 +192,8 @@ def zoo_params() -> list[str]:
 
 
 def run_zoo_bug(bug: ZooBug, budget_s: float = 60.0, seed: int = 0, workers: int = 1,
-                out_dir: str | None = None, targeted: bool = False) -> MutantResult:
+                out_dir: str | None = None, targeted: bool = False,
+                examples: int | None = None) -> MutantResult:
     """The default campaign (`run_matrix`, stopping at the first failure) with the bug
     switched on; the failure's Divergence kind names the detector. `targeted=True` runs
     the ci lockstep campaign on the bug's own preset instead (a diagnosis aid, not what
@@ -205,13 +206,15 @@ def run_zoo_bug(bug: ZooBug, budget_s: float = 60.0, seed: int = 0, workers: int
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-zoo-")
     with switched_on(bug.name):
         if not targeted:
-            c = default_campaign(budget_s, seed=seed, workers=workers, out_dir=out)
+            c = default_campaign(budget_s, seed=seed, workers=workers, out_dir=out,
+                                 examples=examples)
             res.campaign = f"default campaign, {c.detail}: killed: {c.kind}" if c.killed \
                 else c.detail
             if c.killed:
                 res.killed = True
                 res.detectors.append(detector_of(c.kind))
                 res.seconds, res.trace_length, res.trace = c.seconds, c.steps, c.trace
+                res.examples = c.examples
         else:
             c = lockstep_campaign(bug.config(), bug.preset, budget_s, out_dir=out)
             where = f"targeted {bug.preset}/{bug.policy}"

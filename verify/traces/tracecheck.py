@@ -256,6 +256,22 @@ class EventChecker:
                 return
         self._run(ev, ev.action, params)
 
+    def check(self, ev: Event, n: int, name: str = "event log") -> TraceVerdict | None:
+        """Check one event (the n-th): None when it agrees with the model, else the
+        failing verdict with its report (what `check_events` returns for it)."""
+        try:
+            self.step(ev)
+        except _Failure as f:
+            lines = [f"{name}:{ev.line}: {ev.describe()}: {f.kind}", *(f"  {x}" for x in f.lines)]
+            hist = self.history(f.focus)
+            if f.focus:
+                where = ", ".join(loc(w) for w in sorted(f.focus))
+                lines.append(f"history of the locations involved ({where}; "
+                             "as [level, pool_group, slot]):")
+                lines.extend(hist or ["  (no earlier event touched them)"])
+            return self.verdict(False, n, ev.line, f.kind, "\n".join(lines))
+        return None
+
     def _expect(self, ev: Event, got: object, why: str, required: bool = False) -> None:
         """The event's result must be `got`; `required`: a log that reports no result is
         rejected too (the model's answer is an error the manager must have raised)."""
@@ -585,17 +601,9 @@ def check_events(log: ParsedEventLog | EventStream, cfg: KVConfig | None = None,
     for n, ev in enumerate(events, 1):
         if progress is not None and n % PROGRESS_EVERY == 0:
             progress(n)
-        try:
-            checker.step(ev)
-        except _Failure as f:
-            lines = [f"{name}:{ev.line}: {ev.describe()}: {f.kind}", *(f"  {x}" for x in f.lines)]
-            hist = checker.history(f.focus)
-            if f.focus:
-                where = ", ".join(loc(w) for w in sorted(f.focus))
-                lines.append(f"history of the locations involved ({where}; "
-                             "as [level, pool_group, slot]):")
-                lines.extend(hist or ["  (no earlier event touched them)"])
-            return checker.verdict(False, n, ev.line, f.kind, "\n".join(lines))
+        verdict = checker.check(ev, n, name)
+        if verdict is not None:
+            return verdict
     return checker.verdict(True, n)
 
 

@@ -1,0 +1,96 @@
+"""Bugs the preset matrix could not reach (`kvpocket.verify.quality.reach`): one needing
+two sliding windows, one needing sinks after a suspend, one in the event-log writer. The
+default campaign, on its example budget, must kill each within half of that budget; each
+bug's shortest scenario is caught by the lockstep, and the unpatched implementation
+passes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvpocket.impl import kvcache
+from kvpocket.model.config import KVConfig, LifeCycle
+from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
+from kvpocket.verify.conformance.matrix import DEFAULT_EXAMPLES
+from kvpocket.verify.conformance.replay import replay
+from kvpocket.verify.presets import PRESETS
+from kvpocket.verify.quality.reach import REACH_BUGS
+from kvpocket.verify.quality.seeded import default_campaign
+from kvpocket.verify.traces.trace import read_trace
+
+Steps = list[tuple[str, dict[str, Any]]]
+
+
+def _decode(h_from: int, h_to: int) -> Steps:
+    return [("resize", {"seq": 0, "capacity": h + 1, "history": h}) for h in range(h_from, h_to)]
+
+
+OPEN: Steps = [("create", {"seq": 0, "prompt": []}), ("resume", {"seq": 0}),
+               ("stop_committing", {"seq": 0})]
+TWO_WINDOWS = KVConfig(tokens_per_block=2, life_cycles=(
+    LifeCycle("near", window=2), LifeCycle("far", window=7)), slots_per_level=(12, 6))
+
+# (bug, configuration, steps: the last one is where the lockstep must stop)
+SCENARIOS: dict[str, tuple[KVConfig, Steps]] = {
+    "two-windows-fast-path": (TWO_WINDOWS, OPEN + _decode(0, 10)),
+    "resume-forgets-sinks": (PRESETS["sinks"].config, OPEN + _decode(0, 8) + [
+        ("suspend", {"seq": 0}), ("resume", {"seq": 0})]),
+    "eventlog-failed-resize-true": (PRESETS["tiny"].config, [
+        *OPEN, ("resize", {"seq": 0, "capacity": 20, "history": 0})]),
+}
+
+
+def _run(cfg: KVConfig, steps: Steps, check_event_log: bool) -> int | None:
+    """The step at which the lockstep stops, or None."""
+    ls = Lockstep(cfg, check_event_log=check_event_log)
+    try:
+        for action, params in steps:
+            ls.step(action, params)
+    except Divergence as exc:
+        return exc.step
+    return None
+
+
+@pytest.mark.parametrize("name", list(REACH_BUGS))
+def test_the_shortest_scenario_is_caught_and_clean_code_passes(name: str) -> None:
+    cfg, steps = SCENARIOS[name]
+    assert _run(cfg, steps, check_event_log=True) is None
+    with REACH_BUGS[name].apply():
+        assert _run(cfg, steps, check_event_log=True) is not None
+        caught = _run(cfg, steps, check_event_log=True)
+    assert caught is not None and caught <= len(steps) - 1
+    assert kvcache.KVCache._resume.__module__ == kvcache.__name__, "the patch is undone"
+
+
+def test_each_bug_needs_what_the_presets_lacked() -> None:
+    """The two-window bug is invisible on every preset's single sliding window, and the
+    event-log bug without the log checked."""
+    cfg, steps = SCENARIOS["eventlog-failed-resize-true"]
+    with REACH_BUGS["eventlog-failed-resize-true"].apply():
+        assert _run(cfg, steps, check_event_log=False) is None
+    assert all(sum(lc.is_swa for lc in p.config.life_cycles) <= 1 for p in PRESETS.values())
+    one_window = KVConfig(tokens_per_block=2, life_cycles=(LifeCycle("near", window=2),
+                                                           LifeCycle("full")),
+                          slots_per_level=(12, 6))
+    with REACH_BUGS["two-windows-fast-path"].apply():
+        assert _run(one_window, OPEN + _decode(0, 10), check_event_log=False) is None
+
+
+@pytest.mark.quality
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(REACH_BUGS))
+def test_the_default_campaign_kills_it_within_half_its_budget(name: str,
+                                                               tmp_path: Path) -> None:
+    with REACH_BUGS[name].apply():
+        # Half the default budget: the plan does not depend on the budget, so a kill within
+        # it is a kill within half of the default campaign's work.
+        c = default_campaign(60.0, out_dir=str(tmp_path), examples=DEFAULT_EXAMPLES // 2)
+        assert c.killed, f"{name} survived: {c.detail}"
+        assert c.examples <= DEFAULT_EXAMPLES // 2, f"{name}: killed at example {c.examples}"
+        assert c.trace is not None
+        trace = read_trace(c.trace)
+        assert not replay(trace).ok, "the reproducer reproduces (with the bug applied)"
+    assert replay(trace).ok, "and passes without it"
