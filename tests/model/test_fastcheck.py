@@ -67,7 +67,7 @@ def test_victim_fast_path_agrees_with_the_definition(preset: str, order: str) ->
 
     heads = 0
     for seed, steps in [(seed, steps) for seed in range(6) for steps in range(20, 201, 20)]:
-        m = reachable(preset, seed, steps, order)
+        m = reachable(preset, seed, steps, order=order)
         lay, s = m.layout, m.state
         ex = ConcreteExecutor(lay, s, LowestChooser())
         for level in range(m.cfg.num_levels):

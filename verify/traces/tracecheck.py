@@ -20,7 +20,7 @@ error: the log must record its choices.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,7 +127,7 @@ class _Trying:
         self.seen_slots = seen_slots
         self.widths: list[int] = []
 
-    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+    def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int:
         options = candidates
         if kind == "slot":
             seen = [c for c, x in zip(candidates, labels, strict=True) if x in self.seen_slots]
@@ -150,7 +150,7 @@ class _LogChooser(RecordedChooser):
     safety spec leaves it open) is read off the log: it did iff its next victim is at
     that level and pool group."""
 
-    def choose(self, kind: str, candidates: list[int], labels: list[object]) -> int:
+    def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int:
         if kind != BELOW or len(candidates) == 1:
             return super().choose(kind, candidates, labels)
         where = labels[0]  # (level, pool group) below
