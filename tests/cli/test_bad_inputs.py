@@ -123,6 +123,7 @@ def make_files(d: Path) -> None:
         "trace-choice.jsonl": _terminated([_trace_header(), '{"action": "create", "params": '
                                            '{"seq": 0, "prompt": []}, "choices": '
                                            '[["slot", [1, 2]]]}']),
+        "trace-config-empty.jsonl": _terminated([_trace_header(config={}), CREATE]),
         "trace-layer.jsonl": _terminated([_trace_header(), '{"action": "create", "params": '
                                           '{"seq": 0, "prompt": []}, "layer": "gpu"}']),
     }
@@ -210,7 +211,7 @@ CASES = [
     case("replay {d}/trace-choice.jsonl", ":2:", "\"choices\""),
     case("replay {d}/trace-deep.jsonl", ":2:", "nested too deeply"),
     case("replay {d}/trace-valid.jsonl --backend tpu", "--backend"),
-    case("replay {d}/config-empty.ndjson", ":1:", "\"config\""),
+    case("replay {d}/trace-config-empty.jsonl", ":1:", "\"config\""),
     # -- trace check
     case("trace", "check or record"),
     case("trace check {d}/missing.ndjson", "cannot read"),
