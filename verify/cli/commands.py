@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
 from kvpocket.model.errors import UsageError
@@ -534,18 +535,20 @@ def _command_of(argv: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from kvpocket.verify.interrupts import interrupt_scope, was_interrupted
+
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = " ".join(x for x in ("kvpocket", _command_of(argv)) if x)
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedStdout(real_stdout)
     try:
-        args = parser.parse_args(argv)
-        if getattr(args, "list_configs", False):
-            _list_configs()
-            return EXIT_OK
-        if args.command is None:
-            parser.print_help()
-            return EXIT_USAGE
-        code: int = args.run(args)
+        with interrupt_scope():
+            code = _run(parser, argv)
+            if was_interrupted() and code != EXIT_INTERRUPTED:  # a stop is never a verdict
+                print(f"{prog}: interrupted", file=sys.stderr)
+                code = EXIT_INTERRUPTED
+            sys.stdout.flush()  # a write error shows here, not at exit as a traceback
         return code
     except (CliError, ConfigError, UsageError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -554,8 +557,65 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `kvpocket ... | head`: the reader left; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return EXIT_OK
+    except StdoutError as exc:  # `kvpocket ... > /dev/full`: said once, as a usage error
+        _drop_stdout()
+        print(f"{prog}: error: cannot write to standard output ({exc.strerror})",
+              file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        sys.stdout = real_stdout
+
+
+def _run(parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    args = parser.parse_args(argv)
+    if getattr(args, "list_configs", False):
+        _list_configs()
+        return EXIT_OK
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    code: int = args.run(args)
+    return code
+
+
+class StdoutError(OSError):
+    """Standard output refused a write (a full device, a closed terminal)."""
+
+
+class _GuardedStdout:
+    """sys.stdout, with a failed write or flush raised as `StdoutError`, so `main` can
+    tell it from an error of the work (a report for `trace check` or `replay` that
+    cannot be printed is a usage error, exit 2, never "invalid")."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            n: int = self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror) from None
+        return n
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _drop_stdout() -> None:
+    """Send what is still buffered for stdout nowhere, so the exit adds no traceback."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":
