@@ -12,13 +12,14 @@ exits with status 130 (campaigns first report the part that ran).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -498,11 +499,34 @@ def cmd_mutants(args: argparse.Namespace) -> int:
 
     check_float("--budget", args.budget, 0, MAX_BUDGET_S, "seconds")
     check_output("--json", args.json_path)
-    if not args.list_only:  # Hypothesis's own files: not in the current directory
-        use_hypothesis_home(Path(tempfile.gettempdir()) / "kvpocket-mutants")
-    code: int = run_mutants(args.only, args.budget, args.json_path, args.list_only,
-                            zoo=args.zoo)
+    if args.list_only:
+        code: int = run_mutants(args.only, args.budget, args.json_path, True, zoo=args.zoo)
+        return code
+    from kvpocket.verify.interrupts import z3_leaves_ctrl_c_to_us
+
+    z3_leaves_ctrl_c_to_us()  # Ctrl-C in a Z3 check stops the run, never reads "unknown"
+    # Every campaign's scratch folder (and Hypothesis's own files) in one temporary folder,
+    # removed at the end: a run leaves nothing behind under the system temp dir.
+    with tempfile.TemporaryDirectory(prefix="kvpocket-mutants-") as scratch, \
+            _temp_dir_set_to(scratch):
+        use_hypothesis_home(scratch)
+        code = run_mutants(args.only, args.budget, args.json_path, False, zoo=args.zoo)
     return code
+
+
+@contextlib.contextmanager
+def _temp_dir_set_to(folder: str) -> Iterator[None]:
+    """`tempfile` (and worker processes, through TMPDIR) create their folders in `folder`."""
+    saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
 
 
 COMMANDS: list[Command] = [

@@ -282,6 +282,8 @@ def default_campaign(budget_s: float, seed: int = 0, workers: int = 1,
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
     t0 = time.monotonic()
     report = run_matrix(seed=seed, budget_s=budget_s, workers=workers, out_dir=out)
+    if report.interrupted:  # Ctrl-C: no verdict on this mutant (`verify/interrupts.py`)
+        raise KeyboardInterrupt
     seconds = time.monotonic() - t0
     if not report.failures:
         return CampaignOutcome(False, "", seconds, None, None, report.examples,
