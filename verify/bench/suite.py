@@ -93,7 +93,7 @@ def _validate(args: argparse.Namespace) -> tuple[Suite, str]:
             what = "the gpu suite" if suite.gpu else "--backend cupy"
             raise BenchUsageError(f"argument {'--suite' if suite.gpu else '--backend'}: {what} "
                                   "needs CuPy and a usable CUDA GPU; none was found "
-                                  "(gpu_available() is False)")
+                                  "(pip install 'kvpocket[cuda]' on a machine with one)")
     _check_outputs(args)
     return suite, backend
 
@@ -101,12 +101,11 @@ def _validate(args: argparse.Namespace) -> tuple[Suite, str]:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Every output path is checked before the run (minutes of work are not lost to a bad
     --json at the end): a writable file, writable folders."""
-    from kvpocket.verify.cli.commands import CliError, check_output, check_output_dir
+    from kvpocket.verify.cli.commands import CliError, check_outputs
 
     try:
-        check_output("--json", args.json_path)
-        check_output_dir("--plots", args.plots)
-        check_output_dir("--out", args.bench_out)
+        check_outputs([("--json", args.json_path)],
+                      [("--plots", args.plots), ("--out", args.bench_out)])
     except CliError as exc:
         raise BenchUsageError(str(exc)) from None
 

@@ -162,6 +162,27 @@ def check_output_dir(option: str, path: str | None) -> None:
     _writable_ancestor(option, p)
 
 
+def check_outputs(files: Sequence[tuple[str, str | None]],
+                  folders: Sequence[tuple[str, str | None]] = ()) -> None:
+    """Every output path of a command, checked before the run: each one alone (as
+    `check_output` / `check_output_dir`), then against all the others: no two name the
+    same path (a report written over a folder of traces, or the other way round, would be
+    lost at the end of the run). A file inside an output folder is fine."""
+    for option, path in files:
+        check_output(option, path)
+    for option, path in folders:
+        check_output_dir(option, path)
+    seen: dict[Path, str] = {}
+    for option, path in (*files, *folders):
+        if path is None or path.startswith("redis://"):
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise CliError(f"argument {option}: {path} is also the path given to "
+                           f"{seen[key]}; give each output its own path")
+        seen[key] = option
+
+
 def check_database(spec: str | None) -> None:
     """`DIR` or `redis://...`; a Redis database needs the redis package and a server that
     answers, checked now rather than minutes into a campaign."""
@@ -273,9 +294,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         PocketPolicy.parse(args.policy, "--policy")
     if args.config is not None:
         config_from_args(args.config, args.policy)  # an unknown preset, before any work
-    check_output("--json", args.json)
-    check_output_dir("--out", args.out)
     check_database(args.database)
+    check_outputs([("--json", args.json)], [("--out", args.out), ("--database", args.database)])
     backend = PROFILES[profile].backend if args.profile and args.backend == "numpy" \
         else args.backend
     if backend == "cupy":
@@ -385,8 +405,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
     check_int("--workers", args.workers, 1, max_workers())
     check_int("--depth", args.depth, 0, prove.MAX_DEPTH)
     check_int("--page-depth", args.page_depth, 0, prove.MAX_DEPTH)
-    check_output("--json", args.json_path)
-    check_output_dir("--out", args.out)
+    check_outputs([("--json", args.json_path)], [("--out", args.out)])
     # Options that prove.py adds beyond these reach run_prove by their parameter names.
     known = {"config", "policy", "depth", "json_path", "out", "workers", "page_depth"}
     accepted = inspect.signature(prove.run_prove).parameters
@@ -594,6 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(parser: argparse.ArgumentParser, argv: list[str]) -> int:
     args = parser.parse_args(argv)
+    _refuse_empty_values(parser, args)
     if getattr(args, "list_configs", False):
         _list_configs()
         return EXIT_OK
@@ -602,6 +622,29 @@ def _run(parser: argparse.ArgumentParser, argv: list[str]) -> int:
         return EXIT_USAGE
     code: int = args.run(args)
     return code
+
+
+def _option_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """dest -> the option's name, over the parser and its subcommands' parsers."""
+    names: dict[str, str] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                for dest, name in _option_names(sub).items():
+                    names.setdefault(dest, name)
+        elif action.option_strings:
+            names.setdefault(action.dest, max(action.option_strings, key=len))
+    return names
+
+
+def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An empty option value (`--config ''`) is a mistake, never "the default": refused
+    for every option at once, naming it."""
+    names = _option_names(parser)
+    for dest, value in vars(args).items():
+        if isinstance(value, str) and not value.strip() and dest in names:
+            raise CliError(f"argument {names[dest]}: expected a value, got {value!r} (leave "
+                           "the option out for its default)")
 
 
 class StdoutError(OSError):
