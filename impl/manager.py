@@ -77,7 +77,7 @@ MAX_CORRUPTION_FINDINGS = 100  # kept per manager: the first ones found
 # open ones; older closed ones are forgotten (their streams released), so memory and the
 # cost of `create` do not grow with the number of sequences ever created (a server never
 # reuses ids). A forgotten handle still refuses every call as closed.
-CLOSED_KEPT = 256
+CLOSED_KEPT = 64
 
 
 def _page_info(p: Page) -> PageInfo:

@@ -151,6 +151,16 @@ def run_suite(suite: Suite, backend: str, out_dir: str, log: Callable[[str], Non
     if suite.mutants:
         log("verifier: mutant time-to-kill")
         res.verifier["mutants"] = bench_mutants(os.environ.get("KVPOCKET_MUTANTS_JSON"))
+    if suite.create_marks:
+        from kvpocket.verify.bench.longrun import create_cost
+
+        log(f"long run: create cost after {', '.join(map(str, suite.create_marks))} closed")
+        res.long_run["create"] = create_cost(suite.create_marks)
+    if suite.record_steps:
+        from kvpocket.verify.bench.longrun import record_peak
+
+        log(f"long run: trace record --steps {suite.record_steps}, peak memory")
+        res.long_run["record"] = record_peak(suite.record_steps)
     if suite.gpu:
         log("gpu: migration bandwidth, oracle throughput")
         res.gpu = {"migration": migration_bandwidth(backend),
