@@ -86,6 +86,9 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
 MAX_STEPS = 500  # rules per example; more makes Hypothesis refuse the example as too large
 MAX_MINUTES = 7 * 24 * 60.0
 MAX_EXAMPLES = 10_000_000
+# Hypothesis's first example of a state machine is its simplest, the empty run: one
+# example would check nothing, so a budget (and each worker's share) is at least two.
+MIN_EXAMPLES = 2
 MAX_SEED = 2**63 - 1
 MAX_RECORD_STEPS = 10_000_000
 WORKERS_PER_CORE = 4
@@ -237,7 +240,8 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
     budget.add_argument("--minutes", type=float, metavar="M",
                         help=f"time budget (default {DEFAULT_MATRIX_MINUTES:g} for the matrix)")
     budget.add_argument("--examples", type=int, metavar="N",
-                        help="run N examples (with the matrix: N per cell)")
+                        help=f"run N examples (with the matrix: N per cell; {MIN_EXAMPLES}.."
+                        f"{MAX_EXAMPLES:,}: Hypothesis's first example is the empty run)")
     p.add_argument("--steps", type=int, metavar="S", help=f"max rules per example (1..{MAX_STEPS})")
     p.add_argument("--seed", type=int, default=0, metavar="X",
                    help="campaign seed (default 0; 0..2**63-1)")
@@ -285,7 +289,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise CliError(f"argument --profile: expected one of {', '.join(PROFILES)}, "
                        f"got {profile!r}")
     cores = os.cpu_count() or 1
-    check_int("--examples", args.examples, 1, MAX_EXAMPLES)
+    check_int("--examples", args.examples, MIN_EXAMPLES, MAX_EXAMPLES)
     check_int("--steps", args.steps, 1, MAX_STEPS)
     check_int("--workers", args.workers, 1, max_workers())
     _check_minutes(args.minutes)
@@ -302,10 +306,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         check_gpu(f"argument {'--profile gpu' if args.profile else '--backend'}")
     use_hypothesis_home(args.out)
     if args.config is not None and args.examples is not None and args.workers is not None \
-            and args.workers > args.examples:
+            and args.workers > args.examples // MIN_EXAMPLES:
+        fit = args.examples // MIN_EXAMPLES
         print(f"kvpocket fuzz: note: {args.workers} workers for {args.examples} examples; "
-              f"running {args.examples} workers", file=sys.stderr)
-        args.workers = args.examples
+              f"running {fit} (each runs at least {MIN_EXAMPLES})", file=sys.stderr)
+        args.workers = fit
     try:
         if args.config is None:
             return _fuzz_matrix(args, profile, backend, cores)
