@@ -98,6 +98,46 @@ def stop_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def starting_workers() -> Iterator[None]:
+    """Worker processes started in the block begin with Ctrl-C ignored (inherited across
+    exec), so a Ctrl-C while they import prints no traceback; `worker_ctrl_c`, their
+    initializer, then turns it on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _worker_handler(signum: int, frame: FrameType | None) -> None:
+    _state["count"] += 1
+    if _state["count"] > 1 or not _state.get("busy"):
+        os._exit(EXIT_INTERRUPTED)  # idle, or a second Ctrl-C: end quietly
+    raise KeyboardInterrupt
+
+
+def worker_ctrl_c() -> None:
+    """A campaign worker's initializer: the first Ctrl-C during a task raises
+    `KeyboardInterrupt` there (the worker hands back the part it ran, `working`); an idle
+    worker, or a second Ctrl-C, ends quietly (no traceback fragments)."""
+    _state["count"] = 0
+    signal.signal(signal.SIGINT, _worker_handler)
+
+
+@contextlib.contextmanager
+def working() -> Iterator[None]:
+    """A worker's task: a Ctrl-C within it raises (see `worker_ctrl_c`)."""
+    _state["busy"] = 1
+    try:
+        yield
+    finally:
+        _state["busy"] = 0
+
+
 def quiet_worker() -> None:
     """A worker process's initializer: Ctrl-C is the parent's to handle (it terminates
     the workers), so a worker neither stops half-way nor prints a traceback."""

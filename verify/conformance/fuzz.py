@@ -22,6 +22,7 @@ from hypothesis.errors import FailedHealthCheck, InvalidArgument
 from hypothesis.stateful import get_state_machine_test
 
 from kvpocket.model.config import KVConfig, PocketPolicy
+from kvpocket.verify import interrupts
 from kvpocket.verify.conformance.lockstep import RARE_STATES
 from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
 from kvpocket.verify.conformance.replay import replay
@@ -268,6 +269,7 @@ _SHARED_STEPS: Any = None  # a multiprocessing.Value, inherited by each worker
 def init_worker(counter: Any) -> None:
     global _SHARED_STEPS
     _SHARED_STEPS = counter
+    interrupts.worker_ctrl_c()
 
 
 def worker_entry(spec: CampaignSpec) -> CampaignReport:
@@ -282,7 +284,8 @@ def worker_entry(spec: CampaignSpec) -> CampaignReport:
             pending = 0
 
     try:
-        return run_worker(spec, progress=tick)
+        with interrupts.working():
+            return run_worker(spec, progress=tick)
     except CampaignInterrupted as exc:  # Ctrl-C reaches every worker: hand back the part run
         return exc.report
 
@@ -332,8 +335,9 @@ def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = Tru
                         "examples": share(i), "out_dir": str(Path(spec.out_dir) / f"w{i}")})
         for i in range(workers)
     ]
-    with CampaignProgress(spec, show_progress) as bar, \
-            ctx.Pool(workers, initializer=init_worker, initargs=(counter,)) as pool:
+    with interrupts.starting_workers():
+        pool = ctx.Pool(workers, initializer=init_worker, initargs=(counter,))
+    with CampaignProgress(spec, show_progress) as bar, pool:
         pending = pool.map_async(worker_entry, specs)
         try:
             while not pending.ready():

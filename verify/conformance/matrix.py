@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpocket.model.config import KVConfig, PocketPolicy
+from kvpocket.verify import interrupts
 from kvpocket.verify.conformance.fuzz import (
     CampaignReport,
     CampaignSpec,
@@ -257,7 +258,8 @@ def _run_pool(work: Iterator[tuple[Cell, CampaignSpec]], workers: int,
     """Keep `workers` slices in flight, in matrix order, until the budget or a failure."""
     ctx = mp.get_context("spawn")
     counter = ctx.Value("q", 0)
-    pool = ctx.Pool(workers, initializer=init_worker, initargs=(counter,))
+    with interrupts.starting_workers():  # a Ctrl-C while they start: no traceback
+        pool = ctx.Pool(workers, initializer=init_worker, initargs=(counter,))
     in_flight: list[tuple[Cell, Any]] = []
     try:
         stop = False
