@@ -99,12 +99,13 @@ class BenchResult:
     gpu: dict[str, Any] | None = None
     plots: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    interrupted: bool = False  # Ctrl-C: the rows are those of the part that ran
 
     def to_json(self) -> dict[str, Any]:
         return {"suite": self.suite, "backend": self.backend, "machine": self.machine,
                 "config": self.suite_config, "decode": self.decode, "scaling": self.scaling,
                 "verifier": self.verifier, "long_run": self.long_run, "gpu": self.gpu,
                 "plots": self.plots,
-                "seconds": self.seconds,
+                "seconds": self.seconds, "interrupted": self.interrupted,
                 "regenerate": f"kvpocket bench --suite {self.suite} --backend {self.backend} "
                               "--json FILE --plots DIR"}

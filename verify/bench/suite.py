@@ -56,6 +56,7 @@ from kvpocket.verify.bench.decode import run_decode_ab
 from kvpocket.verify.bench.device import migration_bandwidth, oracle_throughput
 from kvpocket.verify.bench.report import print_result
 from kvpocket.verify.bench.verifier import bench_bmc_unsafe, bench_fuzz, bench_mutants, bench_prove
+from kvpocket.verify.interrupts import EXIT_INTERRUPTED, stop_if_interrupted
 
 
 # ---- CLI ------------------------------------------------------------------------------
@@ -122,6 +123,21 @@ def run_suite(suite: Suite, backend: str, out_dir: str, log: Callable[[str], Non
     res = BenchResult(suite.name, backend, _machine(), {
         "description": suite.description, **asdict(suite), "backend": backend,
         "pressure_slots_per_step": "max(1, batch // 64)"})
+    def next_job(msg: str) -> None:  # a job that absorbed a Ctrl-C (a campaign) stops here
+        stop_if_interrupted()
+        log(msg)
+
+    try:
+        _run_jobs(suite, backend, out_dir, next_job, res)
+        stop_if_interrupted()
+    except KeyboardInterrupt:  # the rows so far are reported, marked (`verify/interrupts.py`)
+        res.interrupted = True
+    res.seconds = time.perf_counter() - t_all
+    return res
+
+
+def _run_jobs(suite: Suite, backend: str, out_dir: str, log: Callable[[str], None],
+              res: BenchResult) -> None:
     for case in suite.decode:
         log(f"decode {case.batch} x {case.window}/{case.tokens_per_block}, {case.steps} steps"
             f"{', pressure' if case.pressure else ''} ({backend})")
@@ -165,8 +181,6 @@ def run_suite(suite: Suite, backend: str, out_dir: str, log: Callable[[str], Non
         log("gpu: migration bandwidth, oracle throughput")
         res.gpu = {"migration": migration_bandwidth(backend),
                    "oracle": oracle_throughput(backend)}
-    res.seconds = time.perf_counter() - t_all
-    return res
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -189,10 +203,12 @@ def run_bench(args: argparse.Namespace) -> int:
             tempfile.TemporaryDirectory(prefix="kvpocket-bench-"))
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         res = run_suite(suite, backend, out_dir, log)
-    if args.plots:
+    if args.plots and not res.interrupted:
         from kvpocket.verify.bench.plots import write_plots
 
         res.plots = write_plots(res.to_json(), args.plots)
+    if res.interrupted:
+        print("INTERRUPTED: the rows below are those of the part that ran", file=sys.stderr)
     print_result(res)
     if args.json_path:
         from kvpocket.verify.traces.trace import write_atomic
@@ -207,7 +223,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"kvpocket bench: {len(bad)} rows ended with invariant violations or leaks",
               file=sys.stderr)
         return EXIT_FAIL
-    return EXIT_OK
+    return EXIT_INTERRUPTED if res.interrupted else EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
