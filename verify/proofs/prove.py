@@ -402,15 +402,20 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
         if r.status == "unknown" and r.detail:
             texts.append(f"{label} {obligation}: unknown at depth {r.depth}: {r.detail}")
         if r.status == VIOLATED:
-            from kvpocket.verify.conformance.fuzz import unused_path
-
-            # never replaces an earlier counterexample: -2, -3, ... when the name is taken
-            path = unused_path(Path(job.out_dir) / f"bmc-{name}-{pol}-{layer}.jsonl")
+            path = counterexample_path(job.out_dir, name, pol, layer)
             write_bmc_trace(path, cfg, r)
             traces.append(str(path))
             texts.append(f"counterexample trace ({len(r.steps)} steps, breaks "
                          f"{', '.join(r.broken)}): {path}")
     return rows, texts, traces
+
+
+def counterexample_path(out_dir: str | Path, config: str, policy: str, layer: str) -> Path:
+    """Where a BMC counterexample goes: never over an earlier one (-2, -3, ... when the
+    name is taken, as fuzz failure traces)."""
+    from kvpocket.verify.conformance.fuzz import unused_path
+
+    return unused_path(Path(out_dir) / f"bmc-{config}-{policy}-{layer}.jsonl")
 
 
 def _bmc_status(r: BmcResult) -> str:
