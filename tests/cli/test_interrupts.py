@@ -7,6 +7,7 @@ A write error on stdout is a usage error (2), not a finding."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -38,10 +39,8 @@ def interrupt(argv: list[str], cwd: Path, second_after: float | None = None
     os.killpg(proc.pid, signal.SIGINT)
     if second_after is not None:
         time.sleep(second_after)
-        try:
+        with contextlib.suppress(ProcessLookupError):  # it may have ended already
             os.killpg(proc.pid, signal.SIGINT)
-        except ProcessLookupError:
-            pass
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 

@@ -307,7 +307,10 @@ def test_closed_sequences_are_forgotten_beyond_a_bound() -> None:
     from kvpocket.impl.manager import CLOSED_KEPT
     from kvpocket.verify.presets import preset
 
-    mgr = KVCacheManager(preset("tiny"))
+    from kvpocket.impl.backend.numpy_sim import NumpyBackend
+
+    backend = NumpyBackend()
+    mgr = KVCacheManager(preset("tiny"), backend)
     cfg = mgr.cfg
     first = mgr.create(0, [1, 2])
     first.close()
@@ -317,7 +320,7 @@ def test_closed_sequences_are_forgotten_beyond_a_bound() -> None:
         kv.close()
     held = len(mgr.seqs)
     assert held <= cfg.num_sequences + CLOSED_KEPT + 1
-    assert mgr.backend.sim.live_streams <= held + 2  # + copy and legacy streams
+    assert backend.sim.live_streams <= held + 2  # + copy and legacy streams
     with pytest.raises(UnknownSequenceError, match="forgotten"):
         mgr.get(0)
     with pytest.raises(SequenceClosedError):  # a forgotten handle is still closed
