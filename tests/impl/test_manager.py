@@ -304,10 +304,9 @@ def test_shrink_releases_trailing_blocks(make_mgr: Any) -> None:
 
 
 def test_closed_sequences_are_forgotten_beyond_a_bound() -> None:
+    from kvpocket.impl.backend.numpy_sim import NumpyBackend
     from kvpocket.impl.manager import CLOSED_KEPT
     from kvpocket.verify.presets import preset
-
-    from kvpocket.impl.backend.numpy_sim import NumpyBackend
 
     backend = NumpyBackend()
     mgr = KVCacheManager(preset("tiny"), backend)
