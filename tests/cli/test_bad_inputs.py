@@ -337,6 +337,10 @@ CASES = [
     case("replay {d}/trace-commit-huge.jsonl", ":3:", "parameter 'n'", "10000"),
     case("replay {d}/trace-resize-huge.jsonl", ":2:", "parameter 'capacity'"),
     case("replay {d}/trace-long-line.jsonl", ":2:", "longer than"),
+    case("trace check /dev/zero", "/dev/zero:1:", "longer than", skip=not Path("/dev/zero")
+         .exists(), why="no /dev/zero"),
+    case("replay /dev/zero", "/dev/zero:1:", "longer than", skip=not Path("/dev/zero")
+         .exists(), why="no /dev/zero"),
     # -- one output path for two outputs
     case("fuzz --json {d}/cwd/x --out {d}/cwd/x", "--out", "also the path given to --json"),
     case("fuzz --config tiny --out {d}/cwd/o --database {d}/cwd/o", "--database",
