@@ -73,6 +73,11 @@ from .undo import Choice, Op
 __all__ = ["KVCacheManager", "LeakReport", "ShutdownReport"]
 
 MAX_CORRUPTION_FINDINGS = 100  # kept per manager: the first ones found
+# Closed handles kept for `get`, `complete_stream`, `counters_of` and snapshots, beyond the
+# open ones; older closed ones are forgotten (their streams released), so memory and the
+# cost of `create` do not grow with the number of sequences ever created (a server never
+# reuses ids). A forgotten handle still refuses every call as closed.
+CLOSED_KEPT = 64
 
 
 def _page_info(p: Page) -> PageInfo:
@@ -169,8 +174,31 @@ class KVCacheManager:
         if self.events is not None:  # the event log wraps this handle's API methods
             self.events.instrument_sequence(kv)
         self.transactions.run(lambda op: kv.adopt_prefix(nodes, prompt, op))
+        if old is not None:
+            self._release(old)
         self.seqs[seq_id] = kv
+        self._forget_closed()
         return kv
+
+    def _forget_closed(self) -> None:
+        """Forget the oldest closed handles beyond CLOSED_KEPT (creation order)."""
+        excess = len(self.seqs) - self.cfg.num_sequences - CLOSED_KEPT
+        if excess <= 0:
+            return
+        for sid, kv in list(self.seqs.items()):
+            if kv.status is SeqStatus.CLOSED:
+                del self.seqs[sid]
+                self.counters.per_seq.pop(sid, None)
+                self._release(kv)
+                excess -= 1
+                if excess <= 0:
+                    return
+
+    def _release(self, kv: KVCache) -> None:
+        """A closed handle's stream gets no more work: the backend may drop it."""
+        release = getattr(self.backend, "release_stream", None)
+        if release is not None:
+            release(kv.stream)
 
     def get(self, seq_id: int) -> KVCache:
         """The handle of a created sequence (the newest, for an id created again)."""
@@ -178,7 +206,9 @@ class KVCacheManager:
             return self.seqs[seq_id]
         except (KeyError, TypeError):
             raise UnknownSequenceError(f"get: seq_id {seq_id!r:.40}: the sequence was never "
-                                       "created", parameter="seq_id") from None
+                                       f"created (or was closed before the last {CLOSED_KEPT} "
+                                       "closed ones, and forgotten)", parameter="seq_id"
+                                       ) from None
 
     def open_sequences(self) -> tuple[int, ...]:
         """Ids of the sequences that are not CLOSED, ascending."""

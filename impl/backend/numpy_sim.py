@@ -108,7 +108,11 @@ class StreamSimulator:
     def __init__(self, eager: bool = True, race_check: bool = False) -> None:
         self.eager = eager
         self.race_check = race_check
-        self._streams: list[_SimStream] = []
+        # Live streams by id (ids are never reused); a retired stream (`retire`) is gone:
+        # its work all ran, so an event recorded on it is complete and a wait is a no-op.
+        self._streams: dict[int, _SimStream] = {}
+        self._next_sid = 0
+        self._retiring: set[int] = set()  # retire once their queue is empty
         self._legacy: int | None = None
         self.trace: list[tuple[int, str]] = []  # (stream id, label) in execution order
         self.keep_trace = False
@@ -120,19 +124,23 @@ class StreamSimulator:
 
     # ---- construction ------------------------------------------------------------------
     def new_stream(self, name: str, blocking: bool = False) -> int:
-        sid = len(self._streams)
-        self._streams.append(_SimStream(sid, name, blocking, legacy=False))
+        sid = self._next_sid
+        self._next_sid += 1
+        self._streams[sid] = _SimStream(sid, name, blocking, legacy=False)
         return sid
 
     def legacy_stream(self) -> int:
         """The legacy default stream (created on first use)."""
         if self._legacy is None:
-            self._legacy = len(self._streams)
-            self._streams.append(_SimStream(self._legacy, "legacy-default", True, legacy=True))
+            self._legacy = self._next_sid
+            self._next_sid += 1
+            self._streams[self._legacy] = _SimStream(self._legacy, "legacy-default", True,
+                                                     legacy=True)
         return self._legacy
 
     def stream_name(self, sid: int) -> str:
-        return self._streams[sid].name
+        s = self._streams.get(sid)
+        return s.name if s is not None else f"retired stream {sid}"
 
     def name_buffer(self, buf: Any, name: str) -> None:
         """A readable name for a buffer in race reports."""
@@ -140,7 +148,42 @@ class StreamSimulator:
 
     @property
     def num_streams(self) -> int:
+        """Streams ever created (ids 0 to num_streams - 1; retired ones included)."""
+        return self._next_sid
+
+    @property
+    def live_streams(self) -> int:
+        """Streams not retired: what the simulator holds."""
         return len(self._streams)
+
+    def retire(self, sid: int) -> None:
+        """A stream that will get no more work (its sequence closed and was forgotten):
+        dropped now if its queue is empty, else as soon as it is. Memory and the cost of
+        every drain then depend on the live streams only, not on all ever created."""
+        s = self._streams.get(sid)
+        if s is None or s.legacy:
+            return
+        self._retiring.add(sid)
+        self._run_retiring()
+
+    def _run_retiring(self) -> None:
+        """Run what retired streams still hold as far as it can go (no one else will
+        advance them: the hardware finishing a forgotten request's work); drop each one
+        whose queue is empty."""
+        progressed = True
+        while progressed and self._retiring:
+            progressed = False
+            for sid in sorted(self._retiring):
+                s = self._streams[sid]
+                if s.queue and self._head_runnable(s):
+                    self.advance(sid, len(s.queue))
+                    progressed = True
+                if not s.queue:
+                    self._drop(sid)
+
+    def _drop(self, sid: int) -> None:
+        del self._streams[sid]
+        self._retiring.discard(sid)
 
     # ---- enqueue -------------------------------------------------------------------------
     def enqueue(self, sid: int, fn: Callable[[], None], label: str = "work",
@@ -160,32 +203,38 @@ class StreamSimulator:
         """CUDA's legacy default stream rules, as barriers (and clock joins)."""
         if self._legacy is None or not s.blocking:
             return
-        others = ([b for b in self._streams if b.blocking and not b.legacy] if s.legacy
-                  else [self._streams[self._legacy]])
+        others = ([b for b in self._streams.values() if b.blocking and not b.legacy]
+                  if s.legacy else [self._streams[self._legacy]])
         for o in others:
             if o.id == s.id or o.enqueued == 0:
                 continue
             s.queue.append(_Wait(o.id, o.enqueued, f"implicit wait {o.name}"))
             s.enqueued += 1
             self.queued += 1
-            _join(s.clock, o.clock)
-            _join(s.clock, {o.id: o.enqueued})
+            if self.race_check:  # clocks serve the race detector only
+                _join(s.clock, o.clock)
+                _join(s.clock, {o.id: o.enqueued})
 
     def record(self, ev: _SimEvent, sid: int) -> None:
-        s = self._streams[sid]
+        s = self._streams.get(sid)
+        if s is None:  # a retired stream: all its work ran, the event is complete
+            ev.stream, ev.position, ev.clock = None, 0, {}
+            return
         ev.stream = sid
         ev.position = s.enqueued
-        ev.clock = dict(s.clock)
-        ev.clock[sid] = s.enqueued
+        if self.race_check:  # clocks serve the race detector only (kept off, they grow
+            ev.clock = dict(s.clock)  # with every stream a long run ever waited on)
+            ev.clock[sid] = s.enqueued
 
     def wait_event(self, sid: int, ev: _SimEvent, label: str = "wait") -> None:
-        if ev.stream is None:
-            return  # CUDA: waiting on a never-recorded event is a no-op
+        if ev.stream is None or ev.stream not in self._streams:
+            return  # CUDA: waiting on a never-recorded (or a complete) event is a no-op
         s = self._streams[sid]
         s.queue.append(_Wait(ev.stream, ev.position, label))
         s.enqueued += 1
         self.queued += 1
-        _join(s.clock, ev.clock)
+        if self.race_check:
+            _join(s.clock, ev.clock)
         if self.eager:
             self.drain()
 
@@ -196,12 +245,14 @@ class StreamSimulator:
     def _race(self, kind: str, buf: int, slot: int, s: _SimStream, label: str,
               other: _Touch, other_kind: str) -> SimulatorError:
         name = self._names.get(buf, f"buffer@{buf:#x}")
-        o = self._streams[other.stream]
+        o_name = self.stream_name(other.stream)
+        o = self._streams.get(other.stream)
+        legacy = s.legacy or (o is not None and o.legacy)
         return SimulatorError(
             f"race on {name}[{slot}]: {kind} by {label!r} on stream {s.name!r} is not ordered "
-            f"after the {other_kind} by {other.label!r} on stream {o.name!r} (no event/wait "
+            f"after the {other_kind} by {other.label!r} on stream {o_name!r} (no event/wait "
             f"chain or host synchronisation between them; "
-            f"{'legacy default vs non-blocking stream' if s.legacy or o.legacy else 'cross-stream'})")
+            f"{'legacy default vs non-blocking stream' if legacy else 'cross-stream'})")
 
     @staticmethod
     def _keys(accesses: Iterable[Access]) -> list[tuple[int, int]]:
@@ -239,27 +290,30 @@ class StreamSimulator:
 
     # ---- queries -------------------------------------------------------------------------
     def event_done(self, ev: _SimEvent) -> bool:
-        if ev.stream is None:
+        s = self._streams.get(ev.stream) if ev.stream is not None else None
+        if s is None:  # never recorded, or on a retired stream (all its work ran)
             return True
-        done = self._streams[ev.stream].executed >= ev.position
+        done = s.executed >= ev.position
         if done:
             self._host_observed(ev.clock)  # a successful query orders later host work
         return done
 
     def pending(self, sid: int) -> int:
-        return len(self._streams[sid].queue)
+        s = self._streams.get(sid)
+        return len(s.queue) if s is not None else 0
 
     def _head_runnable(self, s: _SimStream) -> bool:
         if not s.queue:
             return False
         head = s.queue[0]
         if isinstance(head, _Wait):
-            return self._streams[head.stream].executed >= head.position
+            other = self._streams.get(head.stream)
+            return other is None or other.executed >= head.position
         return True
 
     def runnable(self) -> list[int]:
         """Ids of streams whose next item can execute now."""
-        return [s.id for s in self._streams if self._head_runnable(s)]
+        return [s.id for s in self._streams.values() if self._head_runnable(s)]
 
     def idle(self) -> bool:
         return self.queued == 0
@@ -267,7 +321,9 @@ class StreamSimulator:
     # ---- execution -----------------------------------------------------------------------
     def advance(self, sid: int, n: int = 1) -> int:
         """Execute up to `n` items of stream `sid`; stops at a blocked wait. Returns count."""
-        s = self._streams[sid]
+        s = self._streams.get(sid)
+        if s is None:  # retired: nothing left to run
+            return 0
         done = 0
         while done < n and self._head_runnable(s):
             item = s.queue.popleft()
@@ -278,6 +334,8 @@ class StreamSimulator:
             done += 1
             if self.keep_trace:
                 self.trace.append((sid, item.label))
+        if done and self._retiring and sid not in self._retiring:
+            self._run_retiring()  # this stream's progress may unblock a retired one
         return done
 
     def drain(self) -> None:
@@ -287,12 +345,12 @@ class StreamSimulator:
         progressed = True
         while progressed:
             progressed = False
-            for s in self._streams:
+            for s in list(self._streams.values()):
                 if self._head_runnable(s):
                     self.advance(s.id, len(s.queue))
                     progressed = True
         if not self.idle():
-            blocked = [s.name for s in self._streams if s.queue]
+            blocked = [s.name for s in self._streams.values() if s.queue]
             raise SimulatorError(f"stream simulator deadlock: streams {blocked} are blocked")
 
     def synchronize_all(self) -> None:
@@ -301,7 +359,7 @@ class StreamSimulator:
         is not that: it models fast hardware, not a host that waited.)"""
         self.drain()
         if self.race_check:
-            self._host_observed({s.id: s.enqueued for s in self._streams})
+            self._host_observed({s.id: s.enqueued for s in self._streams.values()})
 
     def synchronize(self, ev: _SimEvent) -> None:
         """Host blocks until `ev` completes: progress streams in fixed order until it has."""
@@ -332,7 +390,7 @@ class NumpyBackend:
         self._next_event = 0
         self._disk_dir = disk_dir
         self._tmpdirs: list[tempfile.TemporaryDirectory[str]] = []
-        self._streams: list[StreamRef] = []
+        self._streams: dict[int, StreamRef] = {}  # live ones (`release_stream`)
         self._current: StreamRef | None = None
         self._npools = 0
 
@@ -355,8 +413,14 @@ class NumpyBackend:
     def new_stream(self, name: str) -> StreamRef:
         sid = self.sim.new_stream(name)
         ref = StreamRef(sid, name, sid)
-        self._streams.append(ref)
+        self._streams[sid] = ref
         return ref
+
+    def release_stream(self, stream: StreamRef) -> None:
+        """The stream gets no more work (its sequence is closed and forgotten): the
+        simulator drops it once its queued work has run."""
+        self._streams.pop(stream.id, None)
+        self.sim.retire(stream.id)
 
     def current_stream(self) -> StreamRef:
         if self._current is None:
@@ -368,7 +432,7 @@ class NumpyBackend:
         cur = self.current_stream()
         ev = self.new_event()
         self.record(ev, cur)
-        for s in self._streams if streams is None else streams:
+        for s in list(self._streams.values()) if streams is None else streams:
             self.wait_event(s, ev)
 
     def wait_streams(self, stream: StreamRef, others: Sequence[StreamRef]) -> None:

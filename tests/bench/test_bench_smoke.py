@@ -59,6 +59,18 @@ def test_json_has_required_keys(smoke: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow  # the smoke suite's run (module fixture) is the cost
+def test_long_run_state_is_bounded(smoke: dict[str, Any]) -> None:
+    """What the manager holds after 1,000 closed sequences is what it held after none
+    (the create-cost figure's counting side; the times are for docs/performance.md)."""
+    rows = smoke["long_run"]["create"]
+    assert [r["closed"] for r in rows] == [0, 1000]
+    assert rows[0]["handles_held"] == rows[1]["handles_held"]
+    assert rows[0]["live_streams"] == rows[1]["live_streams"]
+    rec = smoke["long_run"]["record"]
+    assert rec["steps"] == 300 and rec["peak_rss_mb"] > 0 and rec["log_mb"] >= 0
+
+
+@pytest.mark.slow  # the smoke suite's run (module fixture) is the cost
 def test_pocket_steady_state_counts(smoke: dict[str, Any]) -> None:
     rows = smoke["decode"]
     assert isinstance(rows, list)
@@ -122,7 +134,7 @@ def test_gpu_suite_without_gpu(capsys: pytest.CaptureFixture[str],
     monkeypatch.setattr(backend, "gpu_available", lambda refresh=False: False)
     assert run(["--suite", "gpu"]) == 2
     err = capsys.readouterr().err
-    assert "GPU" in err and "Traceback" not in err
+    assert "GPU" in err and "kvpocket[cuda]" in err and "Traceback" not in err
     assert run(["--suite", "smoke", "--backend", "cupy"]) == 2
     assert "--backend" in capsys.readouterr().err
 

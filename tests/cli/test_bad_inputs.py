@@ -123,6 +123,7 @@ def make_files(d: Path) -> None:
         "trace-choice.jsonl": _terminated([_trace_header(), '{"action": "create", "params": '
                                            '{"seq": 0, "prompt": []}, "choices": '
                                            '[["slot", [1, 2]]]}']),
+        "trace-config-empty.jsonl": _terminated([_trace_header(config={}), CREATE]),
         "trace-layer.jsonl": _terminated([_trace_header(), '{"action": "create", "params": '
                                           '{"seq": 0, "prompt": []}, "layer": "gpu"}']),
         "trace-bug-unknown.jsonl": _terminated([_trace_header(seeded_bugs=["no-such-bug"]),
@@ -133,6 +134,35 @@ def make_files(d: Path) -> None:
             model_overrides={"page is uncommitted": ["sometimes", 1]}),
             CREATE.replace('"seq": 3', '"seq": 0')]),
     }
+    # hardening II: closed key sets, typed header fields, sizes, line length, markers
+    first_event = json.loads(body[1])
+    misspelled = {"Choices": first_event.get("choices", []), "reslt": True,
+                  "observd": {"status": "ACTIVE"}}
+    for key, value in misspelled.items():
+        files[f"key-{key}.ndjson"] = _terminated([body[0], json.dumps(
+            {"action": first_event["action"], "params": first_event["params"], key: value})])
+    files["key-step.ndjson"] = _terminated([body[0], json.dumps({**first_event, "step": 1})])
+    files["header-key.ndjson"] = _terminated([_event_header(engine="mine"), CREATE])
+    files["header-source-int.ndjson"] = _terminated([_event_header(source=7), CREATE])
+    files["status-running.ndjson"] = _terminated([_event_header(), CREATE[:-1]
+                                                  + ', "observed": {"status": "RUNNING"}}'])
+    upper = with_end_marker(body)
+    digest = json.loads(upper[-1])
+    upper[-1] = json.dumps({**digest, "digest": digest["digest"].upper().replace("SHA256",
+                                                                                 "sha256")})
+    files["digest-upper.ndjson"] = "\n".join(upper) + "\n"
+    files["marker-no-newline.ndjson"] = log.read_text().rstrip("\n")
+    files["long-line.ndjson"] = body[0] + "\n" + " " * (4 * 1024 * 1024 + 10) + "\n"
+    files["trace-key.jsonl"] = _terminated([_trace_header(), CREATE[:-1] + ', "step": 1}'])
+    files["trace-header-key.jsonl"] = _terminated([_trace_header(engine="x"), CREATE])
+    files["trace-eager-string.jsonl"] = _terminated([_trace_header(eager="false"), CREATE])
+    files["trace-commit-huge.jsonl"] = _terminated([
+        _trace_header(), '{"action": "create", "params": {"seq": 0, "prompt": []}}',
+        f'{{"action": "commit", "params": {{"seq": 0, "n": {2**62}}}}}'])
+    files["trace-resize-huge.jsonl"] = _terminated([_trace_header(), '{"action": "resize", '
+                                                    f'"params": {{"seq": 0, "capacity": {2**40}'
+                                                    ', "history": 0}}'])
+    files["trace-long-line.jsonl"] = _trace_header() + "\n" + "[" * (4 * 1024 * 1024 + 1)
     for name, content in files.items():
         if isinstance(content, bytes):
             (d / name).write_bytes(content)
@@ -227,7 +257,7 @@ CASES = [
     case("replay {d}/trace-overrides-bad.jsonl", "'model_overrides'", "always, add"),
     case("replay {d}/trace-deep.jsonl", ":2:", "nested too deeply"),
     case("replay {d}/trace-valid.jsonl --backend tpu", "--backend"),
-    case("replay {d}/config-empty.ndjson", ":1:", "\"config\""),
+    case("replay {d}/trace-config-empty.jsonl", ":1:", "\"config\""),
     # -- trace check
     case("trace", "check or record"),
     case("trace check {d}/missing.ndjson", "cannot read"),
@@ -307,6 +337,51 @@ CASES = [
     case("bench --suite smoke --json ''", "--json"),
     case("bench --suite smoke --plots {d}/afile", "--plots", "not a folder"),
     case("bench --suite smoke --out {d}/afile", "--out", "not a folder"),
+    # -- hardening II: unknown keys, typed header fields, sizes checked before use
+    case("trace check {d}/key-Choices.ndjson", ":2:", "unknown field 'Choices'", "choices"),
+    case("trace check {d}/key-reslt.ndjson", ":2:", "unknown field 'reslt'", "result"),
+    case("trace check {d}/key-observd.ndjson", ":2:", "unknown field 'observd'", "observed"),
+    case("trace check {d}/key-step.ndjson", ":2:", "unknown field 'step'"),
+    case("trace check {d}/header-key.ndjson", ":1:", "unknown header field 'engine'"),
+    case("trace check {d}/header-source-int.ndjson", ":1:", "\"source\"", "a string"),
+    case("trace check {d}/status-running.ndjson", ":2:", "\"status\"", "RUNNING", "ACTIVE"),
+    case("trace check {d}/digest-upper.ndjson", "malformed digest", "lowercase"),
+    case("trace check {d}/marker-no-newline.ndjson", "end marker has no final newline"),
+    case("trace check {d}/long-line.ndjson", ":2:", "longer than 4194304 bytes"),
+    case("replay {d}/trace-key.jsonl", ":2:", "unknown field 'step'"),
+    case("replay {d}/trace-header-key.jsonl", ":1:", "unknown header field 'engine'"),
+    case("replay {d}/trace-eager-string.jsonl", ":1:", "\"eager\"", "true or false"),
+    case("replay {d}/trace-commit-huge.jsonl", ":3:", "parameter 'n'", "10000"),
+    case("replay {d}/trace-resize-huge.jsonl", ":2:", "parameter 'capacity'"),
+    case("replay {d}/trace-long-line.jsonl", ":2:", "longer than"),
+    case("trace check /dev/zero", "/dev/zero:1:", "longer than", skip=not Path("/dev/zero")
+         .exists(), why="no /dev/zero"),
+    case("replay /dev/zero", "/dev/zero:1:", "longer than", skip=not Path("/dev/zero")
+         .exists(), why="no /dev/zero"),
+    # -- one output path for two outputs
+    case("fuzz --json {d}/cwd/x --out {d}/cwd/x", "--out", "also the path given to --json"),
+    case("fuzz --config tiny --out {d}/cwd/o --database {d}/cwd/o", "--database",
+         "also the path given to --out"),
+    case("fuzz --json {d}/cwd/db --database {d}/cwd/db", "--database", "--json"),
+    case("prove --json {d}/cwd/p --out {d}/cwd/p", "--out", "also the path given to --json"),
+    case("bench --suite smoke --out {d}/cwd/b --plots {d}/cwd/b", "--out", "--plots"),
+    case("bench --suite smoke --json {d}/cwd/b --plots {d}/cwd/b", "--plots", "--json"),
+    # -- an empty value is no default
+    case("spec --config ''", "--config", "expected a value"),
+    case("fuzz --config ''", "--config", "expected a value"),
+    case("fuzz --profile ''", "--profile", "expected a value"),
+    case("fuzz --policy ''", "--policy", "expected a value"),
+    case("trace record --out {d}/existing.json --config ''", "--config", "expected a value"),
+    case("trace check {d}/valid.ndjson --config ''", "--config", "expected a value"),
+    case("trace check {d}/valid.ndjson --policy ''", "--policy", "expected a value"),
+    case("prove --config ''", "--config", "expected a value"),
+    case("prove --policy ''", "--policy", "expected a value"),
+    case("mutants --only ''", "--only", "expected a value"),
+    case("bench --suite ''", "--suite", "expected a value"),
+    case("replay {d}/trace-valid.jsonl --backend ''", "--backend", "expected a value"),
+    # -- the lower bound of --examples checks something
+    case("fuzz --examples 1", "--examples", "[2, "),
+    case("fuzz --config tiny --examples 1", "--examples", "[2, "),
 ]
 
 
@@ -348,7 +423,7 @@ def test_bad_input(c: Case, files: Path, capsys: pytest.CaptureFixture[str],
 
 
 def test_the_table_is_large_enough() -> None:
-    assert len(CASES) >= 60
+    assert len(CASES) >= 120
     commands = {c.values[0].argv.split()[0] for c in CASES  # type: ignore[attr-defined]
                 if c.values[0].argv.split()[0] != "nope"}  # type: ignore[attr-defined]
     assert commands == {"spec", "fuzz", "replay", "trace", "prove", "mutants", "bench"}

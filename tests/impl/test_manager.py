@@ -298,3 +298,55 @@ def test_shrink_releases_trailing_blocks(make_mgr: Any) -> None:
     assert a.resize(3, 0)
     assert a.num_blocks == 2 and mgr.counters_of(0).releases - c0.releases == 2
     assert_clean(mgr)
+
+
+# ---- a long-running manager: state bounded whatever the number of sequences ever made ----
+
+
+def test_closed_sequences_are_forgotten_beyond_a_bound() -> None:
+    from kvpocket.impl.backend.numpy_sim import NumpyBackend
+    from kvpocket.impl.manager import CLOSED_KEPT
+    from kvpocket.verify.presets import preset
+
+    backend = NumpyBackend()
+    mgr = KVCacheManager(preset("tiny"), backend)
+    cfg = mgr.cfg
+    first = mgr.create(0, [1, 2])
+    first.close()
+    for sid in range(1, 3 * CLOSED_KEPT):
+        kv = active(mgr, sid, (1, 2, 3))
+        assert kv.resize(4, 2)
+        kv.close()
+    held = len(mgr.seqs)
+    assert held <= cfg.num_sequences + CLOSED_KEPT + 1
+    assert backend.sim.live_streams <= held + 2  # + copy and legacy streams
+    with pytest.raises(UnknownSequenceError, match="forgotten"):
+        mgr.get(0)
+    with pytest.raises(SequenceClosedError):  # a forgotten handle is still closed
+        first.resume()
+    assert mgr.get(3 * CLOSED_KEPT - 1).status is SeqStatus.CLOSED  # a recent one is kept
+    mgr.create(0, [1, 2]).close()  # an id forgotten may be created again
+    assert mgr.check_invariants() == []
+    assert not mgr.shutdown().leaks
+
+
+def test_a_stream_with_queued_work_is_released_once_it_ran() -> None:
+    from kvpocket.impl.backend.numpy_sim import NumpyBackend
+    from kvpocket.impl.manager import CLOSED_KEPT
+    from kvpocket.verify.presets import preset
+
+    backend = NumpyBackend(eager=False)
+    mgr = KVCacheManager(preset("tiny"), backend)
+    kv = active(mgr, 0, (1, 2, 3))
+    assert kv.resize(4, 2)
+    kv.close()
+    pending = backend.sim.pending(kv.stream.id)
+    for sid in range(1, CLOSED_KEPT + 4):
+        mgr.create(sid).close()
+    assert 0 not in mgr.seqs  # forgotten ...
+    if pending:  # ... its stream kept until its queued work runs
+        assert backend.sim.live_streams > len(mgr.seqs)
+        backend.sim.drain()
+    assert backend.sim.pending(kv.stream.id) == 0
+    assert kv.stream.id not in {s for s in backend.sim.runnable()}
+    assert mgr.check_invariants() == []

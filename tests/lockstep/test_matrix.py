@@ -124,7 +124,7 @@ def test_bad_fuzz_options_exit_2(argv: list[str], tmp_path: Path,
 
 def test_json_path_is_checked_before_the_run(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["fuzz", "--no-progress", "--examples", "1", "--json", str(tmp_path)])
+    code = main(["fuzz", "--no-progress", "--examples", "2", "--json", str(tmp_path)])
     assert code == 2
     assert "--json" in capsys.readouterr().err
 
@@ -142,9 +142,14 @@ def test_cli_default_is_the_matrix(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_a_campaign_that_ran_no_step_is_not_a_clean_bill(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """One example per cell is Hypothesis's simplest: no rule runs. That must not read as
-    "no bug found" with exit 0."""
+    "no bug found" with exit 0. (The CLI refuses `--examples 1` up front; the guard
+    behind it is tested with the bound lowered.)"""
+    from kvpocket.verify.cli import commands
+
+    monkeypatch.setattr(commands, "MIN_EXAMPLES", 1)
     code = main(["fuzz", "--no-progress", "--workers", "1", "--examples", "1",
                  "--out", str(tmp_path)])
     captured = capsys.readouterr()

@@ -291,3 +291,13 @@ def test_values_too_wide_for_the_bit_vectors_stop_the_search_as_unknown(
     monkeypatch.setattr(bmc_module, "INT_BITS", 12)
     assert bmc(_lay("revalidate"), "api", 3).status == "proved"
 
+
+
+def test_a_counterexample_never_replaces_an_earlier_one(tmp_path: Path) -> None:
+    from kvpocket.verify.proofs.prove import counterexample_path
+
+    first = counterexample_path(tmp_path, "gpu-host", "unsafe", "api")
+    first.write_text("the first run's counterexample\n")
+    second = counterexample_path(tmp_path, "gpu-host", "unsafe", "api")
+    assert second != first and second.name == "bmc-gpu-host-unsafe-api-2.jsonl"
+    assert first.read_text() == "the first run's counterexample\n"

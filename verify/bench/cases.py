@@ -46,6 +46,8 @@ class Suite:
     # `trace check` at real geometry (`geometry.py`): (start-up slots per level, slots per
     # level, events) or None
     trace_geometry: tuple[int, int, int] | None = None
+    create_marks: tuple[int, ...] = ()  # long run: create cost after this many closed
+    record_steps: int = 0  # long run: peak memory of `trace record --steps` this many
 
 
 def _matrix(batches: Sequence[int], presets: Sequence[tuple[int, int]],
@@ -69,7 +71,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "per level (300 events)",
           _matrix((8,), ((128, 32), (131, 32)), lambda n, w, t: 96, (False, True)),
           batch_sweep=(4, 16), window_sweep=(64, 128), window_sweep_batch=8, sweep_steps=48,
-          fuzz_examples=2, fuzz_all_cores=False, trace_geometry=(1 << 20, 100_000, 300)),
+          fuzz_examples=2, fuzz_all_cores=False, trace_geometry=(1 << 20, 100_000, 300),
+          create_marks=(0, 1000), record_steps=300),
     Suite("default", "batches 64/256/1024 x windows 128/32, 131/32, 4096/64, with and without "
           "pressure; batch and window sweeps; fuzz (1 worker and all cores), prove per "
           "configuration, BMC to the unsafe counterexample, mutant time-to-kill, trace check "
@@ -80,7 +83,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           window_sweep=(64, 128, 256, 512, 1024, 2048, 4096), window_sweep_batch=128,
           sweep_steps=96, fuzz_seconds=15.0,
           prove_configs=("gpu", "gpu-host", "gpu-host-disk", "gpu-host-2seq"),
-          bmc_unsafe=True, mutants=True, trace_geometry=(1 << 20, 100_000, 100_000)),
+          bmc_unsafe=True, mutants=True, trace_geometry=(1 << 20, 100_000, 100_000),
+          create_marks=(0, 1000, 10_000, 100_000), record_steps=100_000),
     Suite("gpu", "CuPy: decode A/B (batches 64/256/1024 x 128/32, 131/32, 4096/64; pressure "
           "at 256), migration copy bandwidth vs a plain CuPy copy, data-oracle throughput",
           _matrix((64, 256, 1024), DECODE_PRESETS, _default_steps, (False,))
@@ -98,14 +102,17 @@ class BenchResult:
     decode: list[dict[str, Any]] = field(default_factory=list)
     scaling: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     verifier: dict[str, Any] = field(default_factory=dict)
+    long_run: dict[str, Any] = field(default_factory=dict)
     gpu: dict[str, Any] | None = None
     plots: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    interrupted: bool = False  # Ctrl-C: the rows are those of the part that ran
 
     def to_json(self) -> dict[str, Any]:
         return {"suite": self.suite, "backend": self.backend, "machine": self.machine,
                 "config": self.suite_config, "decode": self.decode, "scaling": self.scaling,
-                "verifier": self.verifier, "gpu": self.gpu, "plots": self.plots,
-                "seconds": self.seconds,
+                "verifier": self.verifier, "long_run": self.long_run, "gpu": self.gpu,
+                "plots": self.plots,
+                "seconds": self.seconds, "interrupted": self.interrupted,
                 "regenerate": f"kvpocket bench --suite {self.suite} --backend {self.backend} "
                               "--json FILE --plots DIR"}

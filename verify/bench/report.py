@@ -87,6 +87,19 @@ def print_result(res: BenchResult) -> None:
                   f"{th['slots_per_level']:,} slots per level: {th['events_per_second']:,.0f} "
                   f"events/s (target 50,000), peak memory {th['peak_rss_mb']:,.0f} MB "
                   f"(target 1,000 MB), {'valid' if th['ok'] else 'REJECTED: ' + th['kind']}")
+    cr = res.long_run.get("create")
+    if cr:
+        tb = Table(title="long run: create cost vs sequences closed (preset tiny)")
+        for c in ("closed before", "create us", "handles held", "live streams"):
+            tb.add_column(c, justify="right")
+        for r in cr:
+            tb.add_row(str(r["closed"]), _fmt(r["create_us"]), str(r["handles_held"]),
+                       _fmt(r["live_streams"]))
+        con.print(tb)
+    rec = res.long_run.get("record")
+    if rec:
+        con.print(f"long run: `{rec['command']}`: peak RSS {rec['peak_rss_mb']:.1f} MB, "
+                  f"{rec['seconds']:.1f} s, log {rec['log_mb']:.1f} MB")
     if res.gpu:
         mg, orc = res.gpu["migration"], res.gpu["oracle"]
         con.print(f"gpu: migration of {mg['pages']} x {mg['slot_bytes']} B: GPU->host "

@@ -57,6 +57,7 @@ from kvpocket.verify.bench.device import migration_bandwidth, oracle_throughput
 from kvpocket.verify.bench.geometry import GeometryCase, bench_geometry
 from kvpocket.verify.bench.report import print_result
 from kvpocket.verify.bench.verifier import bench_bmc_unsafe, bench_fuzz, bench_mutants, bench_prove
+from kvpocket.verify.interrupts import EXIT_INTERRUPTED, stop_if_interrupted
 
 
 # ---- CLI ------------------------------------------------------------------------------
@@ -94,7 +95,7 @@ def _validate(args: argparse.Namespace) -> tuple[Suite, str]:
             what = "the gpu suite" if suite.gpu else "--backend cupy"
             raise BenchUsageError(f"argument {'--suite' if suite.gpu else '--backend'}: {what} "
                                   "needs CuPy and a usable CUDA GPU; none was found "
-                                  "(gpu_available() is False)")
+                                  "(pip install 'kvpocket[cuda]' on a machine with one)")
     _check_outputs(args)
     return suite, backend
 
@@ -102,12 +103,11 @@ def _validate(args: argparse.Namespace) -> tuple[Suite, str]:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Every output path is checked before the run (minutes of work are not lost to a bad
     --json at the end): a writable file, writable folders."""
-    from kvpocket.verify.cli.commands import CliError, check_output, check_output_dir
+    from kvpocket.verify.cli.commands import CliError, check_outputs
 
     try:
-        check_output("--json", args.json_path)
-        check_output_dir("--plots", args.plots)
-        check_output_dir("--out", args.bench_out)
+        check_outputs([("--json", args.json_path)],
+                      [("--plots", args.plots), ("--out", args.bench_out)])
     except CliError as exc:
         raise BenchUsageError(str(exc)) from None
 
@@ -124,6 +124,21 @@ def run_suite(suite: Suite, backend: str, out_dir: str, log: Callable[[str], Non
     res = BenchResult(suite.name, backend, _machine(), {
         "description": suite.description, **asdict(suite), "backend": backend,
         "pressure_slots_per_step": "max(1, batch // 64)"})
+    def next_job(msg: str) -> None:  # a job that absorbed a Ctrl-C (a campaign) stops here
+        stop_if_interrupted()
+        log(msg)
+
+    try:
+        _run_jobs(suite, backend, out_dir, next_job, res)
+        stop_if_interrupted()
+    except KeyboardInterrupt:  # the rows so far are reported, marked (`verify/interrupts.py`)
+        res.interrupted = True
+    res.seconds = time.perf_counter() - t_all
+    return res
+
+
+def _run_jobs(suite: Suite, backend: str, out_dir: str, log: Callable[[str], None],
+              res: BenchResult) -> None:
     for case in suite.decode:
         log(f"decode {case.batch} x {case.window}/{case.tokens_per_block}, {case.steps} steps"
             f"{', pressure' if case.pressure else ''} ({backend})")
@@ -157,12 +172,20 @@ def run_suite(suite: Suite, backend: str, out_dir: str, log: Callable[[str], Non
         startup, slots, events = suite.trace_geometry
         log(f"verifier: trace check at real geometry ({slots} slots per level, {events} events)")
         res.verifier["trace_geometry"] = bench_geometry(GeometryCase(startup, slots, events))
+    if suite.create_marks:
+        from kvpocket.verify.bench.longrun import create_cost
+
+        log(f"long run: create cost after {', '.join(map(str, suite.create_marks))} closed")
+        res.long_run["create"] = create_cost(suite.create_marks)
+    if suite.record_steps:
+        from kvpocket.verify.bench.longrun import record_peak
+
+        log(f"long run: trace record --steps {suite.record_steps}, peak memory")
+        res.long_run["record"] = record_peak(suite.record_steps)
     if suite.gpu:
         log("gpu: migration bandwidth, oracle throughput")
         res.gpu = {"migration": migration_bandwidth(backend),
                    "oracle": oracle_throughput(backend)}
-    res.seconds = time.perf_counter() - t_all
-    return res
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -185,10 +208,12 @@ def run_bench(args: argparse.Namespace) -> int:
             tempfile.TemporaryDirectory(prefix="kvpocket-bench-"))
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         res = run_suite(suite, backend, out_dir, log)
-    if args.plots:
+    if args.plots and not res.interrupted:
         from kvpocket.verify.bench.plots import write_plots
 
         res.plots = write_plots(res.to_json(), args.plots)
+    if res.interrupted:
+        print("INTERRUPTED: the rows below are those of the part that ran", file=sys.stderr)
     print_result(res)
     if args.json_path:
         from kvpocket.verify.traces.trace import write_atomic
@@ -203,7 +228,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"kvpocket bench: {len(bad)} rows ended with invariant violations or leaks",
               file=sys.stderr)
         return EXIT_FAIL
-    return EXIT_OK
+    return EXIT_INTERRUPTED if res.interrupted else EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

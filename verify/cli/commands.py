@@ -12,15 +12,17 @@ exits with status 130 (campaigns first report the part that ran).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any
 
 from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy
 from kvpocket.model.errors import UsageError
@@ -98,6 +100,9 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
 MAX_STEPS = 500  # rules per example; more makes Hypothesis refuse the example as too large
 MAX_MINUTES = 7 * 24 * 60.0
 MAX_EXAMPLES = 10_000_000
+# Hypothesis's first example of a state machine is its simplest, the empty run: one
+# example would check nothing, so a budget (and each worker's share) is at least two.
+MIN_EXAMPLES = 2
 MAX_SEED = 2**63 - 1
 MAX_RECORD_STEPS = 10_000_000
 WORKERS_PER_CORE = 4
@@ -174,6 +179,27 @@ def check_output_dir(option: str, path: str | None) -> None:
     _writable_ancestor(option, p)
 
 
+def check_outputs(files: Sequence[tuple[str, str | None]],
+                  folders: Sequence[tuple[str, str | None]] = ()) -> None:
+    """Every output path of a command, checked before the run: each one alone (as
+    `check_output` / `check_output_dir`), then against all the others: no two name the
+    same path (a report written over a folder of traces, or the other way round, would be
+    lost at the end of the run). A file inside an output folder is fine."""
+    for option, path in files:
+        check_output(option, path)
+    for option, path in folders:
+        check_output_dir(option, path)
+    seen: dict[Path, str] = {}
+    for option, path in (*files, *folders):
+        if path is None or path.startswith("redis://"):
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise CliError(f"argument {option}: {path} is also the path given to "
+                           f"{seen[key]}; give each output its own path")
+        seen[key] = option
+
+
 def check_database(spec: str | None) -> None:
     """`DIR` or `redis://...`; a Redis database needs the redis package and a server that
     answers, checked now rather than minutes into a campaign."""
@@ -229,7 +255,8 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
     budget.add_argument("--minutes", type=float, metavar="M",
                         help=f"time budget (default {DEFAULT_MATRIX_MINUTES:g} for the matrix)")
     budget.add_argument("--examples", type=int, metavar="N",
-                        help="run N examples (with the matrix: N per cell)")
+                        help=f"run N examples (with the matrix: N per cell; {MIN_EXAMPLES}.."
+                        f"{MAX_EXAMPLES:,}: Hypothesis's first example is the empty run)")
     budget.add_argument("--total-examples", type=int, metavar="N",
                         help="matrix: run the default campaign's plan (steering included) "
                         "until N examples in all: the same run on any machine (the default "
@@ -315,7 +342,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         raise CliError(f"argument --profile: expected one of {', '.join(PROFILES)}, "
                        f"got {profile!r}")
     cores = os.cpu_count() or 1
-    check_int("--examples", args.examples, 1, MAX_EXAMPLES)
+    check_int("--examples", args.examples, MIN_EXAMPLES, MAX_EXAMPLES)
     check_int("--total-examples", args.total_examples, 1, MAX_EXAMPLES)
     if args.total_examples is not None and args.config is not None:
         raise CliError("argument --total-examples: only for the default matrix (no --config); "
@@ -328,19 +355,19 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         PocketPolicy.parse(args.policy, "--policy")
     if args.config is not None:
         config_from_args(args.config, args.policy)  # an unknown preset, before any work
-    check_output("--json", args.json)
-    check_output_dir("--out", args.out)
     check_database(args.database)
+    check_outputs([("--json", args.json)], [("--out", args.out), ("--database", args.database)])
     backend = PROFILES[profile].backend if args.profile and args.backend == "numpy" \
         else args.backend
     if backend == "cupy":
         check_gpu(f"argument {'--profile gpu' if args.profile else '--backend'}")
     use_hypothesis_home(args.out)
     if args.config is not None and args.examples is not None and args.workers is not None \
-            and args.workers > args.examples:
+            and args.workers > args.examples // MIN_EXAMPLES:
+        fit = args.examples // MIN_EXAMPLES
         print(f"kvpocket fuzz: note: {args.workers} workers for {args.examples} examples; "
-              f"running {args.examples} workers", file=sys.stderr)
-        args.workers = args.examples
+              f"running {fit} (each runs at least {MIN_EXAMPLES})", file=sys.stderr)
+        args.workers = fit
     try:
         if args.config is None:
             return _fuzz_matrix(args, profile, backend, cores)
@@ -453,8 +480,7 @@ def cmd_prove(args: argparse.Namespace) -> int:
     check_int("--workers", args.workers, 1, max_workers())
     check_int("--depth", args.depth, 0, prove.MAX_DEPTH)
     check_int("--page-depth", args.page_depth, 0, prove.MAX_DEPTH)
-    check_output("--json", args.json_path)
-    check_output_dir("--out", args.out)
+    check_outputs([("--json", args.json_path)], [("--out", args.out)])
     # Options that prove.py adds beyond these reach run_prove by their parameter names.
     known = {"config", "policy", "depth", "json_path", "out", "workers", "page_depth"}
     accepted = inspect.signature(prove.run_prove).parameters
@@ -577,11 +603,36 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     check_int("--examples", args.examples, 0, MAX_EXAMPLES)
     examples = DEFAULT_EXAMPLES if args.examples is None else (args.examples or None)
     check_output("--json", args.json_path)
-    if not args.list_only:  # Hypothesis's own files: not in the current directory
-        use_hypothesis_home(Path(tempfile.gettempdir()) / "kvpocket-mutants")
-    code: int = run_mutants(args.only, args.budget, args.json_path, args.list_only,
-                            zoo=args.zoo, examples=examples)
+    if args.list_only:
+        code: int = run_mutants(args.only, args.budget, args.json_path, True, zoo=args.zoo,
+                                examples=examples)
+        return code
+    from kvpocket.verify.interrupts import z3_leaves_ctrl_c_to_us
+
+    z3_leaves_ctrl_c_to_us()  # Ctrl-C in a Z3 check stops the run, never reads "unknown"
+    # Every campaign's scratch folder (and Hypothesis's own files) in one temporary folder,
+    # removed at the end: a run leaves nothing behind under the system temp dir.
+    with tempfile.TemporaryDirectory(prefix="kvpocket-mutants-") as scratch, \
+            _temp_dir_set_to(scratch):
+        use_hypothesis_home(scratch)
+        code = run_mutants(args.only, args.budget, args.json_path, False, zoo=args.zoo,
+                           examples=examples)
     return code
+
+
+@contextlib.contextmanager
+def _temp_dir_set_to(folder: str) -> Iterator[None]:
+    """`tempfile` (and worker processes, through TMPDIR) create their folders in `folder`."""
+    saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
 
 
 COMMANDS: list[Command] = [
@@ -614,22 +665,24 @@ def _command_of(argv: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from kvpocket.verify.interrupts import interrupt_scope, was_interrupted
+
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = " ".join(x for x in ("kvpocket", _command_of(argv)) if x)
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedStdout(real_stdout)
     try:
         if os.environ.get(MUTANT_ENV) is not None:  # never a hidden switch: say so and stop
             raise CliError(f"environment variable {MUTANT_ENV} is no longer read (impl/ has "
                            "no switches); unset it, and switch a seeded bug on with "
                            "`kvpocket fuzz --mutant NAME` (`kvpocket mutants --list`)")
-        args = parser.parse_args(argv)
-        if getattr(args, "list_configs", False):
-            _list_configs()
-            return EXIT_OK
-        if args.command is None:
-            parser.print_help()
-            return EXIT_USAGE
-        code: int = args.run(args)
+        with interrupt_scope():
+            code = _run(parser, argv)
+            if was_interrupted() and code != EXIT_INTERRUPTED:  # a stop is never a verdict
+                print(f"{prog}: interrupted", file=sys.stderr)
+                code = EXIT_INTERRUPTED
+            sys.stdout.flush()  # a write error shows here, not at exit as a traceback
         return code
     except (CliError, ConfigError, UsageError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -638,8 +691,89 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `kvpocket ... | head`: the reader left; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return EXIT_OK
+    except StdoutError as exc:  # `kvpocket ... > /dev/full`: said once, as a usage error
+        _drop_stdout()
+        print(f"{prog}: error: cannot write to standard output ({exc.strerror})",
+              file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        sys.stdout = real_stdout
+
+
+def _run(parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    args = parser.parse_args(argv)
+    _refuse_empty_values(parser, args)
+    if getattr(args, "list_configs", False):
+        _list_configs()
+        return EXIT_OK
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    code: int = args.run(args)
+    return code
+
+
+def _option_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """dest -> the option's name, over the parser and its subcommands' parsers."""
+    names: dict[str, str] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                for dest, name in _option_names(sub).items():
+                    names.setdefault(dest, name)
+        elif action.option_strings:
+            names.setdefault(action.dest, max(action.option_strings, key=len))
+    return names
+
+
+def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An empty option value (`--config ''`) is a mistake, never "the default": refused
+    for every option at once, naming it."""
+    names = _option_names(parser)
+    for dest, value in vars(args).items():
+        if isinstance(value, str) and not value.strip() and dest in names:
+            raise CliError(f"argument {names[dest]}: expected a value, got {value!r} (leave "
+                           "the option out for its default)")
+
+
+class StdoutError(OSError):
+    """Standard output refused a write (a full device, a closed terminal)."""
+
+
+class _GuardedStdout:
+    """sys.stdout, with a failed write or flush raised as `StdoutError`, so `main` can
+    tell it from an error of the work (a report for `trace check` or `replay` that
+    cannot be printed is a usage error, exit 2, never "invalid")."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            n: int = self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror) from None
+        return n
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _drop_stdout() -> None:
+    """Send what is still buffered for stdout nowhere, so the exit adds no traceback."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

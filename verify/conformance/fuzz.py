@@ -23,7 +23,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from kvpocket.model import overrides
 from kvpocket.model.config import KVConfig, PocketPolicy
-from kvpocket.verify import patching
+from kvpocket.verify import interrupts, patching
 from kvpocket.verify.conformance.lockstep import RARE_STATES
 from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
 from kvpocket.verify.conformance.replay import OVERRIDES_KEY, replay
@@ -311,6 +311,7 @@ def init_worker(counter: Any, bugs: tuple[patching.SeededBug, ...] = ()) -> None
     global _SHARED_STEPS
     _SHARED_STEPS = counter
     patching.install(bugs)
+    interrupts.worker_ctrl_c()
 
 
 def worker_entry(spec: CampaignSpec) -> CampaignReport:
@@ -325,7 +326,8 @@ def worker_entry(spec: CampaignSpec) -> CampaignReport:
             pending = 0
 
     try:
-        return run_worker(spec, progress=tick)
+        with interrupts.working():
+            return run_worker(spec, progress=tick)
     except CampaignInterrupted as exc:  # Ctrl-C reaches every worker: hand back the part run
         return exc.report
 
@@ -377,9 +379,9 @@ def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = Tru
                         "examples": share(i), "out_dir": str(Path(spec.out_dir) / f"w{i}")})
         for i in range(workers)
     ]
-    with CampaignProgress(spec, show_progress) as bar, \
-            ctx.Pool(workers, initializer=init_worker,
-                     initargs=(counter, patching.active())) as pool:
+    with interrupts.starting_workers():  # a Ctrl-C while they start: no traceback
+        pool = ctx.Pool(workers, initializer=init_worker, initargs=(counter, patching.active()))
+    with CampaignProgress(spec, show_progress) as bar, pool:
         pending = pool.map_async(worker_entry, specs)
         try:
             while not pending.ready():

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpocket.model.config import KVConfig, PocketPolicy
-from kvpocket.verify import patching
+from kvpocket.verify import interrupts, patching
 from kvpocket.verify.conformance.fuzz import (
     CampaignReport,
     CampaignSpec,
@@ -368,8 +368,9 @@ class _Runner:
         if self.pool is None:
             ctx = mp.get_context("spawn")
             self.counter = ctx.Value("q", 0)
-            self.pool = ctx.Pool(self.workers, initializer=init_worker,
-                                 initargs=(self.counter, patching.active()))
+            with interrupts.starting_workers():  # a Ctrl-C while they start: no traceback
+                self.pool = ctx.Pool(self.workers, initializer=init_worker,
+                                     initargs=(self.counter, patching.active()))
         todo = list(slices)
         in_flight: list[tuple[Slice, Any]] = []
         stopping = False

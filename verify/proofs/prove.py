@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import sys
 import time
@@ -27,6 +28,7 @@ from typing import Any
 from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_life_cycle
 from kvpocket.model.state import Layout
 from kvpocket.verify.presets import ConfigFileError, is_config_file, load_config_file
+from kvpocket.verify.interrupts import EXIT_INTERRUPTED, quiet_worker, z3_leaves_ctrl_c_to_us
 from kvpocket.verify.proofs.bmc import bmc
 from kvpocket.verify.proofs.bounded import BmcResult, properties
 from kvpocket.verify.proofs.explicit import explicit_bmc
@@ -206,30 +208,39 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
             print(f"[prove] {jobs[i].config}/{jobs[i].policy} done ({time.perf_counter() - t_all:.0f} s"
                   f", {len(jobs)} cells)", file=sys.stderr, flush=True)
 
-    if len(jobs) > 1 and workers > 1:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        # Slowest cells first (better packing); results are put back in job order.
-        order = sorted(range(len(jobs)), key=lambda i: -known[jobs[i].config].cost)
-        results: list[tuple[list[Row], list[str], list[str]] | None] = [None] * len(jobs)
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-            futures = {pool.submit(_prove_one, jobs[i]): i for i in order}
-            for fut in as_completed(futures):
-                results[futures[fut]] = fut.result()
-                done_one(futures[fut])
-        ordered = [r for r in results if r is not None]
-    else:
-        ordered = []
-        for i, job in enumerate(jobs):
-            ordered.append(_prove_one(job))
-            done_one(i)
+    results: list[tuple[list[Row], list[str], list[str]] | None] = [None] * len(jobs)
+    interrupted = False
+    z3_leaves_ctrl_c_to_us()
+    try:
+        if len(jobs) > 1 and workers > 1:
+            # Slowest cells first (better packing); results are put back in job order.
+            # Ctrl-C is the parent's: it terminates the workers at once (`interrupts`).
+            order = sorted(range(len(jobs)), key=lambda i: -known[jobs[i].config].cost)
+            with mp.Pool(min(workers, len(jobs)), initializer=quiet_worker) as pool:
+                try:
+                    for i, result in pool.imap_unordered(_prove_indexed,
+                                                         [(i, jobs[i]) for i in order]):
+                        results[i] = result
+                        done_one(i)
+                finally:
+                    pool.terminate()
+        else:
+            for i, job in enumerate(jobs):
+                results[i] = _prove_one(job)
+                done_one(i)
+    except KeyboardInterrupt:  # the cells that finished are reported, marked interrupted
+        interrupted = True
+    ordered = [r for r in results if r is not None]
     for job_rows, job_texts, job_traces in ordered:
         rows.extend(job_rows)
         traces.extend(job_traces)
         texts.extend(job_texts)
     total = time.perf_counter() - t_all
     summary = summarize(rows)
-    print_summary(console, summary, total)
+    if interrupted:
+        console.print(f"[yellow bold]INTERRUPTED[/]: {len(ordered)} of {len(jobs)} "
+                      "configurations finished; no verdict (the summary covers those only)")
+    print_summary(console, summary, total, interrupted)
     for text in texts:  # counterexamples (CTIs, traces) and unknown BMC runs
         console.print(text, markup=False)
     if verbose:
@@ -244,9 +255,16 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
                              "status": r.status, "seconds": round(r.seconds, 3),
                              "detail": r.detail} for r in rows],
             "counterexamples": traces, "seconds": round(total, 3),
+            "interrupted": interrupted, "cells": len(jobs), "cells_finished": len(ordered),
         }
         write_atomic(json_path, json.dumps(data, indent=2) + "\n")
+    if interrupted:
+        return EXIT_INTERRUPTED
     return 1 if any(r.status == VIOLATED for r in rows) else 0
+
+
+def _prove_indexed(item: tuple[int, _Job]) -> tuple[int, tuple[list[Row], list[str], list[str]]]:
+    return item[0], _prove_one(item[1])
 
 
 def summarize(rows: list[Row]) -> dict[str, dict[str, Any]]:
@@ -259,13 +277,15 @@ def summarize(rows: list[Row]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def print_summary(console: Any, summary: dict[str, dict[str, Any]], total: float) -> None:
+def print_summary(console: Any, summary: dict[str, dict[str, Any]], total: float,
+                  interrupted: bool = False) -> None:
     from rich.table import Table
 
     proved = sum(c[PROVED] for c in summary.values())
     violated = sum(c[VIOLATED] for c in summary.values())
     unknown = sum(c[UNKNOWN] for c in summary.values())
     verdict = ("[red bold]VIOLATED[/]" if violated else
+               "[yellow bold]INTERRUPTED[/]" if interrupted else
                "[yellow bold]NOT ALL PROVED[/]" if unknown else "[green bold]ALL PROVED[/]")
     console.print(f"{verdict}: {proved} proved, {violated} violated, {unknown} unknown, "
                   f"{len(summary)} configurations, {total:.1f} s")
@@ -399,12 +419,20 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
         if r.status == "unknown" and r.detail:
             texts.append(f"{label} {obligation}: unknown at depth {r.depth}: {r.detail}")
         if r.status == VIOLATED:
-            path = Path(job.out_dir) / f"bmc-{name}-{pol}-{layer}.jsonl"
+            path = counterexample_path(job.out_dir, name, pol, layer)
             write_bmc_trace(path, cfg, r)
             traces.append(str(path))
             texts.append(f"counterexample trace ({len(r.steps)} steps, breaks "
                          f"{', '.join(r.broken)}): {path}")
     return rows, texts, traces
+
+
+def counterexample_path(out_dir: str | Path, config: str, policy: str, layer: str) -> Path:
+    """Where a BMC counterexample goes: never over an earlier one (-2, -3, ... when the
+    name is taken, as fuzz failure traces)."""
+    from kvpocket.verify.conformance.fuzz import unused_path
+
+    return unused_path(Path(out_dir) / f"bmc-{config}-{policy}-{layer}.jsonl")
 
 
 def _bmc_status(r: BmcResult) -> str:

@@ -290,6 +290,8 @@ def default_campaign(budget_s: float, seed: int = 0, workers: int = 1,
     t0 = time.monotonic()
     report = run_matrix(seed=seed, budget_s=budget_s, workers=workers, out_dir=out,
                         total_examples=examples)
+    if report.interrupted:  # Ctrl-C: no verdict on this mutant (`verify/interrupts.py`)
+        raise KeyboardInterrupt
     seconds = time.monotonic() - t0
     if not report.failures:
         budget = f"{report.examples} examples" if examples is not None else \

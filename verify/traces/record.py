@@ -74,6 +74,15 @@ class Workload:
         h = min(kv.history + 1, self.cfg.max_capacity - 1)
         self._call("decode", kv.resize, max(kv.capacity, h + 1), h)
 
+    def _close(self, kv: KVCache) -> None:
+        """Close a sequence, its stream's outstanding work completed first (as a server
+        waits for a request's kernels): a closed stream gets no more work, so the
+        simulator can let it go once the manager forgets the handle (bounded memory)."""
+        if isinstance(self.mgr.backend, NumpyBackend) \
+                and self.mgr.backend.sim.pending(kv.stream.id):
+            self._advance(kv.seq_id, kv.stream.id)
+        self._call("close", kv.close)
+
     def _forget_closed(self) -> None:
         """Keep at most KEPT_SEQUENCES handles (the oldest closed ones go first), so a long
         recording runs in bounded memory and time; short ones never reach the bound."""
@@ -88,7 +97,7 @@ class Workload:
     def create(self) -> None:
         if len(self._open()) >= self.cfg.num_sequences:
             victim = self.rng.choice(self._open())
-            self._call("close", victim.close)
+            self._close(victim)
         prompt: list[int] = []
         donors = [kv for kv in self.seqs.values() if kv.committed]
         if donors and self.rng.random() < 0.5:  # reuse a committed prefix
@@ -130,7 +139,7 @@ class Workload:
         elif r < 0.74:
             self._call("resume", kv.resume)
         elif r < 0.77:
-            self._call("close", kv.close)
+            self._close(kv)
         elif r < 0.86:
             level = rng.randint(0, self.cfg.last_level)
             group = rng.randint(0, self.cfg.num_pool_groups - 1)
@@ -161,8 +170,12 @@ class Workload:
         choices: list[int | str] = [kv.seq_id for kv in self._open()] + ["copy"]
         which = self.rng.choice(choices)
         stream = self.mgr.storage.copy_stream if which == "copy" else self.seqs[int(which)].stream
-        backend.sim.advance(stream.id, 1 << 30)
-        assert self.mgr.events is not None
+        self._advance(which, stream.id)
+
+    def _advance(self, which: int | str, sid: int) -> None:
+        backend = self.mgr.backend
+        assert isinstance(backend, NumpyBackend) and self.mgr.events is not None
+        backend.sim.advance(sid, 1 << 30)
         self.mgr.events.stream_completed(which)
 
 

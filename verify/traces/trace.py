@@ -12,6 +12,11 @@ of action lines and the SHA-256 of the header and action lines as written (each 
 by a newline). A file without it was cut short (or predates markers: `allow_unterminated`).
 Malformed files raise `TraceError` naming the file and line.
 
+Every line has a closed set of keys (an unknown or misspelled key is an error naming it
+and the allowed ones), typed fields, and sizes checked against the header's configuration
+before anything is built from them. A line is at most MAX_LINE_BYTES bytes (4 MiB); a
+longer one is an error, found after reading that many bytes, never the whole line.
+
 Event logs (`"kind": "events"` in the header) extend this format for integrators: the
 same header and action lines, with the manager's own sequence ids, `commit` carrying
 its `"tokens"`, choices as labels, and optional `"result"` and `"observed"` fields. They
@@ -29,7 +34,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -46,8 +51,15 @@ EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
 END_KEY = "kvpocket_end"  # the end marker: {"kvpocket_end": N, "digest": "sha256:..."}
 MAX_ABS_INT = 2**63  # every integer in a trace or log is a signed 64-bit value
 LONG_NUMBER = re.compile(r"\d{19}")  # 2**63 has 19 digits: a shorter number is in range
+MAX_LINE_BYTES = 4 * 1024 * 1024  # one line of a trace or log, its newline included
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")  # the end marker's digest: lowercase hex
+BACKENDS = ("numpy", "cupy")
 UNTERMINATED_HINT = ("a file written before end markers existed can be read with "
                      "--allow-unterminated")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class TraceError(ValueError):
@@ -164,8 +176,15 @@ def _mode_for(path: Path) -> int:
 Row = tuple[int, str, bool]  # (line number, text without its newline, ended by a newline)
 
 
-def _memory_rows(lines: Iterable[str]) -> Iterator[Row]:
+def _too_long(where: str, what: str) -> TraceError:
+    return TraceError(f"{where}: a line of the {what} is longer than {MAX_LINE_BYTES} bytes "
+                      "(the most a line may hold)")
+
+
+def _memory_rows(lines: Iterable[str], name: str, what: str) -> Iterator[Row]:
     for i, ln in enumerate(lines):
+        if len(ln) > MAX_LINE_BYTES:
+            raise _too_long(f"{name}:{i + 1}", what)
         yield i + 1, ln.rstrip("\r\n"), True
 
 
@@ -178,7 +197,11 @@ def _file_rows(path: Path, what: str) -> Iterator[Row]:
     with f:
         lineno = 0
         try:
-            for lineno, raw in enumerate(f, 1):
+            # readline with a limit: a line without an end (/dev/zero) costs at most
+            # MAX_LINE_BYTES of memory before it is refused
+            for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+                if len(raw) > MAX_LINE_BYTES:
+                    raise _too_long(f"{path}:{lineno}", what)
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
@@ -198,8 +221,9 @@ class _Framing:
     or any line after it, is an error too."""
 
     def __init__(self, rows: Iterator[Row], name: str, what: str,
-                 allow_unterminated: bool) -> None:
+                 allow_unterminated: bool, line_keys: tuple[str, ...]) -> None:
         self.rows, self.name, self.what = rows, name, what
+        self.line_keys = line_keys
         self.allow_unterminated = allow_unterminated
         self.digest = EndDigest()
         self.last_line = 0
@@ -211,7 +235,11 @@ class _Framing:
             if text.strip():
                 yield lineno, text, complete
 
-    def header(self) -> tuple[dict[str, Any], KVConfig]:
+    def header(self, check_kind: Callable[[dict[str, Any], str], None],
+               fields: dict[str, HeaderField]) -> tuple[dict[str, Any], KVConfig]:
+        """The header line: the version, then its kind (`check_kind`, so a file of the
+        other kind is named as such), then every field against `fields` (a closed set,
+        each typed), then the configuration."""
         self._it = self._nonblank()
         first = next(self._it, None)
         if first is None:
@@ -219,10 +247,14 @@ class _Framing:
         lineno, text, complete = first
         self.header_line = self.last_line = lineno
         header = self._parse(lineno, text, complete)
-        if not isinstance(header, dict) or header.get("kvpocket_trace") != TRACE_VERSION:
+        if not isinstance(header, dict) or not _is_int(header.get("kvpocket_trace")) \
+                or header["kvpocket_trace"] != TRACE_VERSION:
             raise TraceError(f"{self.name}:{lineno}: not a kvpocket trace header (expected "
                              f"{{\"kvpocket_trace\": {TRACE_VERSION}, \"config\": ...}})")
-        cfg = _header_config(header, f"{self.name}:{lineno}")
+        where = f"{self.name}:{lineno}"
+        check_kind(header, where)
+        _check_header_fields(header, fields, where, self.what)
+        cfg = _header_config(header, where)
         self.digest.add(text)
         return header, cfg
 
@@ -235,6 +267,10 @@ class _Framing:
                                  f"(line {self.last_line})")
             self.last_line = lineno
             if isinstance(obj, dict) and END_KEY in obj:
+                if not complete:
+                    raise TraceError(f"{self.name}:{lineno}: the end marker has no final "
+                                     "newline (every line, the last included, ends with \\n): "
+                                     f"the {self.what} is truncated or was not closed")
                 self._check_end(lineno, obj)
                 self.terminated = True
                 continue
@@ -247,6 +283,11 @@ class _Framing:
             for key in ("action", "params"):
                 if key not in obj:
                     raise TraceError(f"{self.name}:{lineno}: missing field '{key}'")
+            unknown = sorted(set(obj) - set(self.line_keys))
+            if unknown:
+                raise TraceError(f"{self.name}:{lineno}: unknown field "
+                                 f"{', '.join(map(repr, unknown))}; a line of the {self.what} "
+                                 f"has {', '.join(self.line_keys)}")
             if LONG_NUMBER.search(text):  # 19+ digits: maybe beyond 64 bits, look closer
                 _check_ints(obj, f"{self.name}:{lineno}")
             self.digest.add(text)
@@ -264,6 +305,9 @@ class _Framing:
         if not _is_int(n) or not isinstance(digest, str) or set(obj) != {END_KEY, "digest"}:
             raise TraceError(f"{where}: a malformed end marker (expected "
                              f"{{\"{END_KEY}\": N, \"digest\": \"sha256:...\"}})")
+        if not DIGEST.fullmatch(digest):
+            raise TraceError(f"{where}: a malformed digest in the end marker: expected "
+                             f"\"sha256:\" and 64 lowercase hex digits, got {digest[:80]!r}")
         if n != self.digest.count:
             raise TraceError(f"{where}: the end marker counts {n} lines, the {self.what} "
                              f"holds {self.digest.count}: lines are missing or were added")
@@ -320,6 +364,60 @@ def _header_config(header: dict[str, Any], where: str) -> KVConfig:
         raise TraceError(f"{where}: header field \"config\": {exc}") from None
 
 
+@dataclass(frozen=True)
+class HeaderField:
+    """A header field: a test of its value and the value expected, for the message."""
+
+    ok: Callable[[object], bool]
+    expected: str
+
+
+def _any(v: object) -> bool:  # checked by the caller (the configuration, the kind)
+    return True
+
+
+def _is_str(v: object) -> bool:
+    return isinstance(v, str)
+
+
+_COMMON_HEADER = {
+    "kvpocket_trace": HeaderField(_any, str(TRACE_VERSION)),
+    "kind": HeaderField(_any, "a kind"),
+    "config": HeaderField(_any, "a configuration object"),
+    "source": HeaderField(_is_str, "a string"),
+    "policy": HeaderField(_is_str, "a string (a pocket policy's name)"),
+}
+TRACE_HEADER: dict[str, HeaderField] = {
+    **_COMMON_HEADER,
+    "backend": HeaderField(lambda v: v in BACKENDS, "numpy or cupy"),
+    "eager": HeaderField(lambda v: isinstance(v, bool), "true or false"),
+    # written by fuzz (seed, config_name), BMC (broken, layer), the regression traces
+    "seed": HeaderField(_is_int, "an int"),
+    "config_name": HeaderField(_is_str, "a string"),
+    "broken": HeaderField(lambda v: isinstance(v, list) and all(map(_is_str, v)),
+                          "a list of invariant names"),
+    "layer": HeaderField(lambda v: v in ("api", "page"), "\"api\" or \"page\""),
+    "doc": HeaderField(_is_str, "a string"),
+    "expect": HeaderField(_is_str, "a string"),
+}
+EVENT_HEADER: dict[str, HeaderField] = dict(_COMMON_HEADER)
+TRACE_LINE_KEYS = ("action", "params", "layer", "choices")
+EVENT_LINE_KEYS = (*TRACE_LINE_KEYS, "result", "observed")
+
+
+def _check_header_fields(header: dict[str, Any], fields: dict[str, HeaderField], where: str,
+                         what: str) -> None:
+    unknown = sorted(set(header) - set(fields))
+    if unknown:
+        raise TraceError(f"{where}: unknown header field {', '.join(map(repr, unknown))}; "
+                         f"the header of a {what} has {', '.join(fields)}")
+    for key, value in header.items():
+        f = fields[key]
+        if not f.ok(value):
+            raise TraceError(f"{where}: header field \"{key}\": expected {f.expected}, "
+                             f"got {json.dumps(value)[:80]}")
+
+
 def _error_categories() -> tuple[str, ...]:
     """What an event's `{"error": ...}` may name: a usage-error category of the model (the
     five the model raises; running out of pages is `false`, not an error)."""
@@ -332,29 +430,28 @@ def _error_categories() -> tuple[str, ...]:
 ERROR_CATEGORIES = _error_categories()
 CONFIG_KEYS = ("tokens_per_block", "life_cycles", "slots_per_level", "num_sequences",
                "max_blocks", "pocket")
-BACKENDS = ("numpy", "cupy")
 
 
 def parse_trace(lines: Iterable[str], name: str = "trace", allow_unterminated: bool = True
                 ) -> Trace:
     """Parse a trace held in memory (a file: `read_trace`, which wants the end marker)."""
-    return _parse_trace(_memory_rows(lines), name, allow_unterminated)
+    return _parse_trace(_memory_rows(lines, name, "trace"), name, allow_unterminated)
 
 
-def _parse_trace(rows: Iterator[Row], name: str, allow_unterminated: bool) -> Trace:
-    frame = _Framing(rows, name, "trace", allow_unterminated)
-    header, cfg = frame.header()
-    where = f"{name}:{frame.header_line}"
+def _trace_kind(header: dict[str, Any], where: str) -> None:
     kind = header.get("kind")
     if kind == EVENTS_KIND:
         raise TraceError(f"{where}: this is an event log; check it with `kvpocket trace check`")
     if kind is not None:
         raise TraceError(f"{where}: header field \"kind\": a trace has none (an event log "
                          f"has \"{EVENTS_KIND}\"), got {kind!r}")
+
+
+def _parse_trace(rows: Iterator[Row], name: str, allow_unterminated: bool) -> Trace:
+    frame = _Framing(rows, name, "trace", allow_unterminated, TRACE_LINE_KEYS)
+    header, cfg = frame.header(_trace_kind, TRACE_HEADER)
     backend = header.get("backend", "numpy")
-    if backend not in BACKENDS:
-        raise TraceError(f"{where}: header field \"backend\": expected numpy or cupy, "
-                         f"got {backend!r}")
+    bounds = _param_bounds(cfg)
     steps = []
     for lineno, obj in frame.body():
         layer = obj.get("layer", "api")
@@ -373,6 +470,7 @@ def _parse_trace(rows: Iterator[Row], name: str, allow_unterminated: bool) -> Tr
                 raise TraceError(f"{name}:{lineno}: parameter 'seq' is {seq}; the header's "
                                  f"config has {cfg.num_sequences} sequences (a trace may name "
                                  f"-1 to {cfg.num_sequences} to test misuse)")
+            _check_sizes(obj["action"], params, bounds, f"{name}:{lineno}")
         else:
             _check_page_step(obj["action"], params, cfg, f"{name}:{lineno}")
         choices = obj.get("choices", [])
@@ -385,7 +483,32 @@ def _parse_trace(rows: Iterator[Row], name: str, allow_unterminated: bool) -> Tr
     known = {"kvpocket_trace", "config", "source", "policy", "backend", "eager"}
     return Trace(cfg, steps, str(header.get("source", "unknown")), str(header.get("policy", "")),
                  {k: v for k, v in header.items() if k not in known},
-                 str(backend), bool(header.get("eager", False)))
+                 str(backend), header.get("eager", False) is True)
+
+
+def _param_bounds(cfg: KVConfig) -> dict[str, tuple[int, int]]:
+    """The values a trace may give each parameter kind: the legal ones, and one out of
+    range on each side (-1, one past the end) that the lockstep uses to test misuse. A
+    size beyond these (commit n = 2**62) is refused before anything is built from it."""
+    return {"length": (-1, cfg.max_capacity + 1),
+            "count": (-1, max(MAX_COMMIT_COUNT, cfg.max_capacity + 1)),
+            "level": (-1, cfg.num_levels), "pool_group": (-1, cfg.num_pool_groups),
+            "slots": (-1, max(cfg.slots_per_level) + 1), "stream": (-1, cfg.num_sequences + 1)}
+
+
+MAX_COMMIT_COUNT = 10_000  # the lockstep's out-of-range commit count
+
+
+def _check_sizes(action: str, params: dict[str, Any], bounds: dict[str, tuple[int, int]],
+                 where: str) -> None:
+    from kvpocket.verify.traces.alphabet import trace_params
+
+    for p in trace_params(action):
+        lo_hi = bounds.get(p.kind)
+        v = params[p.name]
+        if lo_hi is not None and _is_int(v) and not lo_hi[0] <= v <= lo_hi[1]:
+            raise TraceError(f"{where}: parameter '{p.name}' of '{action}' is {v}; for the "
+                             f"header's config a trace may give {lo_hi[0]} to {lo_hi[1]}")
 
 
 def _check_page_step(action: object, params: dict[str, Any], cfg: KVConfig, where: str
@@ -461,6 +584,7 @@ def replay_on_model(trace: Trace) -> tuple[int, list[str]]:
 
 CHOICE_KINDS = ("slot", "victim", "pocket")
 OBSERVED_KEYS = ("free", "status", "index", "pocket")
+OBSERVED_STATUSES = ("SUSPENDED", "ACTIVE", "CLOSED")  # a created sequence's statuses
 
 
 def event_params() -> dict[str, tuple[str, ...]]:
@@ -500,7 +624,7 @@ def parse_events(lines: Iterable[str], name: str = "event log",
                  allow_unterminated: bool = True) -> ParsedEventLog:
     """Parse an event log held in memory; `TraceError` names the line of the first
     malformed event. (A file: `read_events`, or `open_events` to stream it.)"""
-    stream = EventStream(_memory_rows(lines), name, allow_unterminated)
+    stream = EventStream(_memory_rows(lines, name, "event log"), name, allow_unterminated)
     return ParsedEventLog(stream.config, list(stream), stream.source, stream.policy,
                           stream.header_line)
 
@@ -524,22 +648,24 @@ def open_events(path: str | Path, allow_unterminated: bool = False) -> EventStre
     return EventStream(_file_rows(path, "event log"), str(path), allow_unterminated)
 
 
+def _event_kind(header: dict[str, Any], where: str) -> None:
+    kind = header.get("kind")
+    if kind != EVENTS_KIND:
+        got = "none" if kind is None else repr(kind)
+        hint = " (a lockstep trace: replay it with `kvpocket replay`)" if kind is None else ""
+        raise TraceError(f"{where}: header field \"kind\": expected \"{EVENTS_KIND}\", "
+                         f"got {got}{hint}")
+
+
 class EventStream:
     """The header of an event log, and its events one at a time (`for ev in stream`).
     Iterating to the end checks the end marker; `line` is the last line read."""
 
     def __init__(self, rows: Iterator[Row], name: str, allow_unterminated: bool) -> None:
         self.name = name
-        self._frame = _Framing(rows, name, "event log", allow_unterminated)
-        header, self.config = self._frame.header()
+        self._frame = _Framing(rows, name, "event log", allow_unterminated, EVENT_LINE_KEYS)
+        header, self.config = self._frame.header(_event_kind, EVENT_HEADER)
         self.header_line = self._frame.header_line
-        where = f"{name}:{self.header_line}"
-        kind = header.get("kind")
-        if kind != EVENTS_KIND:
-            got = "none" if kind is None else repr(kind)
-            hint = " (a lockstep trace: replay it with `kvpocket replay`)" if kind is None else ""
-            raise TraceError(f"{where}: header field \"kind\": expected \"{EVENTS_KIND}\", "
-                             f"got {got}{hint}")
         self.source = str(header.get("source", "unknown"))
         self.policy = str(header.get("policy", ""))
 
@@ -551,10 +677,6 @@ class EventStream:
         known = event_params()
         for lineno, obj in self._frame.body():
             yield _event(lineno, obj, self.name, known)
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _event(lineno: int, obj: dict[str, Any], name: str,
@@ -635,8 +757,9 @@ def _observed(raw: object, where: str) -> dict[str, Any]:
     if not isinstance(free, list) or not all(_is_location(x) for x in free):
         raise TraceError(f"{where}: observed \"free\" must be a list of "
                          "[level, pool_group, free_slots]")
-    if "status" in raw and not isinstance(raw["status"], str):
-        raise TraceError(f"{where}: observed \"status\" must be a string")
+    if "status" in raw and raw["status"] not in OBSERVED_STATUSES:
+        raise TraceError(f"{where}: observed \"status\" must be one of "
+                         f"{', '.join(OBSERVED_STATUSES)}, got {json.dumps(raw['status'])[:80]}")
     index = raw.get("index", [])
     if not isinstance(index, list) or not all(
             isinstance(r, list) and all(_is_int(x) for x in r) for r in index):

@@ -1,0 +1,144 @@
+"""One Ctrl-C path for every long command (fuzz, prove, mutants, bench).
+
+A stop is never a verdict. The first Ctrl-C raises `KeyboardInterrupt` where the program
+is (as Python does); the command stops its workers, prints and writes the report of the
+part that ran, marked interrupted, and exits with status 130. A second Ctrl-C while that
+report is written ends the process at once with status 130 and one line, instead of a
+traceback fragment from whatever it hit. `was_interrupted()` lets code that must catch
+`KeyboardInterrupt` (a campaign that keeps its partial report) tell its caller, so no
+caller records an interrupted run as a result; `stop_if_interrupted()` raises again.
+
+Worker processes (`quiet_worker`) leave Ctrl-C to their parent, which terminates them:
+the parent alone decides, so it can stop within a second whatever the workers are in.
+
+Z3 in this process: Z3's own Ctrl-C handler would turn the signal into an "unknown"
+result (a stop recorded as a verdict). `z3_leaves_ctrl_c_to_us` turns it off; a watcher
+thread woken by the signal (`signal.set_wakeup_fd`) interrupts the running check, which
+returns at once, and the Python handler raises as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+EXIT_INTERRUPTED = 130
+_state = {"count": 0}
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    _state["count"] += 1
+    if _state["count"] > 1:  # a second Ctrl-C: no more waiting, no traceback fragments
+        os.write(2, b"kvpocket: interrupted again; stopping now (no report)\n")
+        os._exit(EXIT_INTERRUPTED)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupt_scope() -> Iterator[None]:
+    """Within the block, Ctrl-C follows the rules above (main thread only; elsewhere the
+    block runs as it is). The previous handler and the count are restored after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _handler)
+    _state["count"] = 0
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    threading.Thread(target=_wake_z3, args=(read_fd,), daemon=True,
+                     name="kvpocket-ctrl-c").start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        signal.signal(signal.SIGINT, previous)
+        _state["count"] = 0
+        os.close(write_fd)  # the watcher reads end-of-file and closes its end
+
+
+def _wake_z3(read_fd: int) -> None:
+    """Interrupt a Z3 check running in the main thread when a signal arrives."""
+    try:
+        while os.read(read_fd, 64):
+            z3 = sys.modules.get("z3")
+            if z3 is not None:
+                with contextlib.suppress(Exception):
+                    z3.main_ctx().interrupt()
+    finally:
+        os.close(read_fd)
+
+
+def z3_leaves_ctrl_c_to_us() -> None:
+    """Turn off Z3's own Ctrl-C handler (call before the first check): see above."""
+    import z3
+
+    z3.set_param("ctrl_c", False)
+
+
+def was_interrupted() -> bool:
+    """True once a Ctrl-C reached `interrupt_scope` (until the scope ends)."""
+    return _state["count"] > 0
+
+
+def note_interrupt() -> None:
+    """Record an interruption seen another way (a `KeyboardInterrupt` raised by a test or
+    by a library), so callers that check `was_interrupted` see it too."""
+    _state["count"] = max(_state["count"], 1)
+
+
+def stop_if_interrupted() -> None:
+    """Raise `KeyboardInterrupt` again if one was caught and absorbed below the caller."""
+    if was_interrupted():
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def starting_workers() -> Iterator[None]:
+    """Worker processes started in the block begin with Ctrl-C ignored (inherited across
+    exec), so a Ctrl-C while they import prints no traceback; `worker_ctrl_c`, their
+    initializer, then turns it on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _worker_handler(signum: int, frame: FrameType | None) -> None:
+    _state["count"] += 1
+    if _state["count"] > 1 or not _state.get("busy"):
+        os._exit(EXIT_INTERRUPTED)  # idle, or a second Ctrl-C: end quietly
+    raise KeyboardInterrupt
+
+
+def worker_ctrl_c() -> None:
+    """A campaign worker's initializer: the first Ctrl-C during a task raises
+    `KeyboardInterrupt` there (the worker hands back the part it ran, `working`); an idle
+    worker, or a second Ctrl-C, ends quietly (no traceback fragments)."""
+    _state["count"] = 0
+    signal.signal(signal.SIGINT, _worker_handler)
+
+
+@contextlib.contextmanager
+def working() -> Iterator[None]:
+    """A worker's task: a Ctrl-C within it raises (see `worker_ctrl_c`)."""
+    _state["busy"] = 1
+    try:
+        yield
+    finally:
+        _state["busy"] = 0
+
+
+def quiet_worker() -> None:
+    """A worker process's initializer: Ctrl-C is the parent's to handle (it terminates
+    the workers), so a worker neither stops half-way nor prints a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
