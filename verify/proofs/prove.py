@@ -27,8 +27,8 @@ from typing import Any
 
 from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_life_cycle
 from kvpocket.model.state import Layout
-from kvpocket.verify.presets import ConfigFileError, is_config_file, load_config_file
 from kvpocket.verify.interrupts import EXIT_INTERRUPTED, quiet_worker, z3_leaves_ctrl_c_to_us
+from kvpocket.verify.presets import ConfigFileError, is_config_file, load_config_file
 from kvpocket.verify.proofs.bmc import bmc
 from kvpocket.verify.proofs.bounded import BmcResult, properties
 from kvpocket.verify.proofs.explicit import explicit_bmc
