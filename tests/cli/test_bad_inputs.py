@@ -253,7 +253,7 @@ CASES = [
     case("replay {d}/trace-page-domain.jsonl", ":2:", "parameter 'page'", "999"),
     case("replay {d}/trace-choice.jsonl", ":2:", "\"choices\""),
     case("replay {d}/trace-bug-unknown.jsonl", "'seeded_bugs'", "'no-such-bug'", "expected one of"),
-    case("replay {d}/trace-bug-type.jsonl", "'seeded_bugs'", "list of seeded-bug names"),
+    case("replay {d}/trace-bug-type.jsonl", "\"seeded_bugs\"", "list of seeded bug names"),
     case("replay {d}/trace-overrides-bad.jsonl", "'model_overrides'", "always, add"),
     case("replay {d}/trace-deep.jsonl", ":2:", "nested too deeply"),
     case("replay {d}/trace-valid.jsonl --backend tpu", "--backend"),

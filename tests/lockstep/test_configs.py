@@ -237,7 +237,7 @@ BAD_FILES: list[tuple[object, str]] = [
 def test_a_bad_config_file_is_a_usage_error_naming_the_field(
         data: object, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _config_file(tmp_path, data)
-    for argv in (["fuzz", "--config", str(path), "--examples", "1", "--no-progress",
+    for argv in (["fuzz", "--config", str(path), "--examples", "2", "--no-progress",
                   "--out", str(tmp_path / "out")],
                  ["trace", "record", "--config", str(path), "--out", str(tmp_path / "l")],
                  ["prove", "--config", str(path), "--out", str(tmp_path / "out")]):
@@ -251,7 +251,7 @@ def test_a_bad_config_file_is_a_usage_error_naming_the_field(
 def test_a_missing_config_file_or_a_folder_is_a_usage_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for target, says in ((tmp_path / "nope.json", "cannot read"), (tmp_path, "is a folder")):
-        assert main(["fuzz", "--config", str(target), "--examples", "1",
+        assert main(["fuzz", "--config", str(target), "--examples", "2",
                      "--no-progress"]) == 2
         err = capsys.readouterr().err
         assert says in err and "--config" in err
