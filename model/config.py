@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 GPU_LEVEL = 0
 BAD_PAGE_INDEX = -1
@@ -56,6 +56,22 @@ class PocketPolicy(StrEnum):
             raise ConfigError(field_name, "one of revalidate, pin, unsafe", value) from None
 
 
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _parse_choice(cls: type[_E], value: object, field_name: str) -> _E:
+    """A member of a string enum from itself or its value; else a ConfigError naming the
+    field and the allowed values."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+    raise ConfigError(field_name, "one of " + ", ".join(m.value for m in cls), value)
+
 class EvictParked(StrEnum):
     """What the eviction cascade does with a parked page it picks as a victim.
 
@@ -68,14 +84,7 @@ class EvictParked(StrEnum):
 
     @classmethod
     def parse(cls, value: object, field_name: str = "pocket.evict_parked") -> EvictParked:
-        if isinstance(value, EvictParked):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value)
-            except ValueError:
-                pass
-        raise ConfigError(field_name, "one of drop, migrate", value)
+        return _parse_choice(cls, value, field_name)
 
 
 class Order(StrEnum):
@@ -94,14 +103,7 @@ class Order(StrEnum):
 
     @classmethod
     def parse(cls, value: object, field_name: str = "order") -> Order:
-        if isinstance(value, Order):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value)
-            except ValueError:
-                pass
-        raise ConfigError(field_name, "one of any, lru", value)
+        return _parse_choice(cls, value, field_name)
 
 
 class SeqStatus(IntEnum):

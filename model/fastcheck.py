@@ -284,20 +284,7 @@ def no_migration_in_flight(lay: Layout, s: State) -> bool:
 
 def migrations_reserved(lay: Layout, s: State) -> bool:
     """Only pages in flight are examined (the definition builds a term for every page)."""
-    for p in _used(lay.pages, s.dst_level):
-        dst = s.dst_level[p]
-        if dst == NONE:
-            continue
-        lvl = s.level[p]
-        if not (s.alive[p] and s.slot[p] != NO_SLOT):
-            return False
-        if not (dst == lvl + 1 or (dst == GPU_LEVEL and lvl > GPU_LEVEL)):
-            return False
-        pg = CONCRETE.lookup(lay.pool_group_of_lc, s.lc[p], 0)
-        dst_ix = lay.slot_ix(CONCRETE, dst, pg, s.dst_slot[p])
-        if dst_ix == -1 or CONCRETE.lookup(s.slot_owner, dst_ix, NONE) != p:
-            return False
-    return True
+    return _migrations_at(lay, s, _used(lay.pages, s.dst_level))
 
 
 FAST: dict[str, Check] = {
