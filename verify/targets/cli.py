@@ -111,7 +111,13 @@ def print_report(report: TargetReport) -> None:
     print("  reached: " + ", ".join(f"{k} {v}" for k, v in sorted(report.coverage.items())))
     f = report.failure
     if f is None:
-        print("  every check passed (data oracle, pool invariants, event log)")
+        diverged = sum(v for k, v in report.coverage.items() if k.startswith("trace_divergence"))
+        if diverged:  # report mode: say what was not held against the engine
+            print("  the data oracle and pool invariants passed; the event log diverged from the "
+                  f"kvpocket model in {diverged} example(s), counted, not failed (report mode: "
+                  "the mapping's known gaps, docs/targets/vllm.md)")
+        else:
+            print("  every check passed (data oracle, pool invariants, event log)")
         return
     print(f"  FAILURE ({f.check}) after {len(f.ops)} ops (shrunk): {f.message}")
     print("  ops: " + " ".join(str(op) for op in f.ops))
