@@ -358,6 +358,7 @@ class _Runner:
         """True when the campaign should stop (a failure found and not keep_going)."""
         if self.workers <= 1:
             for sl in slices:
+                interrupts.stop_if_interrupted()  # a Ctrl-C a library swallowed stops it too
                 if not time_left():
                     return False
                 self.bar.current(sl.cell.name)
@@ -375,6 +376,7 @@ class _Runner:
         in_flight: list[tuple[Slice, Any]] = []
         stopping = False
         while True:
+            interrupts.stop_if_interrupted()  # a Ctrl-C a library swallowed stops it too
             while not stopping and todo and len(in_flight) < self.workers and time_left():
                 sl = todo.pop(0)
                 in_flight.append((sl, self.pool.apply_async(worker_entry, (sl.spec,))))

@@ -41,6 +41,7 @@ from kvpocket.model.api import WINDOW_START
 from kvpocket.model.config import KVConfig, PocketPolicy
 from kvpocket.model.overrides import Override, overriding
 from kvpocket.model.pages import POCKET_NOT_FULL, STILL_VALID
+from kvpocket.verify.interrupts import stop_if_interrupted
 from kvpocket.verify.presets import PRESETS, decode_config
 from kvpocket.verify.quality.patches import switched_on
 from kvpocket.verify.traces.trace import write_atomic
@@ -292,6 +293,7 @@ def default_campaign(budget_s: float, seed: int = 0, workers: int = 1,
                         total_examples=examples)
     if report.interrupted:  # Ctrl-C: no verdict on this mutant (`verify/interrupts.py`)
         raise KeyboardInterrupt
+    stop_if_interrupted()  # also when a library swallowed it
     seconds = time.monotonic() - t0
     if not report.failures:
         budget = f"{report.examples} examples" if examples is not None else \
@@ -527,11 +529,15 @@ def run_mutants(only: str | None, budget_s: float, json_path: str | None,
             if zoo:
                 console.print(f"[dim]zoo bug {name} ({escape(ZOO[name].origin)}), default "
                               f"campaign...[/dim]")
-                results.append(run_zoo_bug(ZOO[name], budget_s, examples=examples))
-                continue
-            m = MUTANTS[name]
-            console.print(f"[dim]mutant {m.name} ({m.layer}, {m.preset}/{m.policy})...[/dim]")
-            results.append(run_mutant(m, budget_s, examples=examples))
+                result = run_zoo_bug(ZOO[name], budget_s, examples=examples)
+            else:
+                m = MUTANTS[name]
+                console.print(f"[dim]mutant {m.name} ({m.layer}, {m.preset}/{m.policy})...[/dim]")
+                result = run_mutant(m, budget_s, examples=examples)
+            # A Ctrl-C that something below swallowed (a library, a callback) is no verdict
+            # either: the result of a run it cut is never recorded.
+            stop_if_interrupted()
+            results.append(result)
     except KeyboardInterrupt:  # the mutants that finished are reported, marked interrupted
         interrupted = True
         console.print(f"[yellow bold]INTERRUPTED[/] after {len(results)} of {len(chosen)}")
