@@ -172,18 +172,8 @@ def values_in_range(lay: Layout, s: State) -> bool:
         return False
     pages = _used(lay.pages, s.lc, s.level, s.slot, s.locks, s.holds, s.owner, s.ordinal,
                   s.key, s.stamp, s.dst_level, s.dst_slot)
-    for p in pages:
-        if not (0 <= s.lc[p] < lay.lcs and 0 <= s.level[p] < levels
-                and (s.slot[p] == NO_SLOT or slot_fits(s.level[p], s.slot[p]))
-                and s.locks[p] >= 0 and s.holds[p] >= 0 and NONE <= s.owner[p] < lay.seqs
-                and 0 <= s.ordinal[p] < lay.blocks and s.key[p] >= NONE
-                and 0 <= s.stamp[p] < s.clock + 1):
-            return False
-        if s.dst_level[p] == NONE:
-            if s.dst_slot[p] != NO_SLOT:
-                return False
-        elif not slot_fits(s.dst_level[p], s.dst_slot[p]):
-            return False
+    if not _pages_in_bounds(lay, s, pages, slot_fits):
+        return False
     return (all(NONE <= x < lay.pages for _, x in used_items(s.slot_owner, NONE))
             and all(-1 <= x < lay.seqs + 1 for _, x in used_items(s.slot_busy, IDLE))
             and all(0 <= x < len(SeqStatus)
@@ -614,18 +604,8 @@ def _values_local(lay: Layout, s: State, d: Delta) -> bool | None:
     def slot_fits(level: int, slot: int) -> bool:
         return 0 <= level < levels and 0 <= slot < lay.slots_at(level)
 
-    for p in pages:
-        if not (0 <= s.lc[p] < lay.lcs and 0 <= s.level[p] < levels
-                and (s.slot[p] == NO_SLOT or slot_fits(s.level[p], s.slot[p]))
-                and s.locks[p] >= 0 and s.holds[p] >= 0 and NONE <= s.owner[p] < lay.seqs
-                and 0 <= s.ordinal[p] < lay.blocks and s.key[p] >= NONE
-                and 0 <= s.stamp[p] < s.clock + 1):
-            return False
-        if s.dst_level[p] == NONE:
-            if s.dst_slot[p] != NO_SLOT:
-                return False
-        elif not slot_fits(s.dst_level[p], s.dst_slot[p]):
-            return False
+    if not _pages_in_bounds(lay, s, pages, slot_fits):
+        return False
     bounds = (("slot_owner", NONE, lay.pages), ("slot_busy", -1, lay.seqs + 1),
               ("seq_status", 0, len(SeqStatus)), ("commit_state", 0, len(CommitState)),
               ("entry", NONE, lay.pages), ("pocket", NONE, lay.pages))
@@ -655,3 +635,22 @@ LOCAL: dict[str, Local] = {
     "refcounts_match": _refcounts_local,
     "values_in_range": _values_local,
 }
+
+
+def _pages_in_bounds(lay: Layout, s: State, pages: Iterable[int],
+                     slot_fits: Callable[[int, int], bool]) -> bool:
+    """Every field of these pages within its domain (shared by the full and local checks)."""
+    levels = lay.cfg.num_levels
+    for p in pages:
+        if not (0 <= s.lc[p] < lay.lcs and 0 <= s.level[p] < levels
+                and (s.slot[p] == NO_SLOT or slot_fits(s.level[p], s.slot[p]))
+                and s.locks[p] >= 0 and s.holds[p] >= 0 and NONE <= s.owner[p] < lay.seqs
+                and 0 <= s.ordinal[p] < lay.blocks and s.key[p] >= NONE
+                and 0 <= s.stamp[p] < s.clock + 1):
+            return False
+        if s.dst_level[p] == NONE:
+            if s.dst_slot[p] != NO_SLOT:
+                return False
+        elif not slot_fits(s.dst_level[p], s.dst_slot[p]):
+            return False
+    return True
