@@ -10,5 +10,6 @@
 * `presets`      the named configurations every engine shares.
 
 Subpackage `__init__`s re-export each engine's public names, never a function named like
-its module (`proofs.bmc` stays the module; the function is `proofs.bmc.bmc`).
+its module (`proofs.explicit_bmc` stays the module; the function is
+`proofs.explicit_bmc.explicit_bmc`).
 """

@@ -18,9 +18,8 @@ from kvpocket.model.overrides import overriding
 from kvpocket.model.state import Layout, State
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.conformance.replay import _ForcedSlots, replay
-from kvpocket.verify.proofs.bmc import bmc, unroll_step
 from kvpocket.verify.proofs.bounded import BmcResult, api_instances, properties
-from kvpocket.verify.proofs.explicit import GUARD_BROKEN, explicit_bmc
+from kvpocket.verify.proofs.explicit_bmc import GUARD_BROKEN, explicit_bmc
 from kvpocket.verify.proofs.prove import (
     DEFAULT_MATRIX,
     PARK_DEPTH,
@@ -29,6 +28,7 @@ from kvpocket.verify.proofs.prove import (
     UNSAFE_DEPTH,
     write_bmc_trace,
 )
+from kvpocket.verify.proofs.symbolic_bmc import bmc, unroll_step
 from kvpocket.verify.quality.seeded import MUTANTS
 from kvpocket.verify.traces.trace import TraceStep, read_trace, replay_on_model, run_api_step
 
@@ -280,7 +280,7 @@ def test_default_matrix_covers_levels_sequences_and_both_bmc_layers() -> None:
 
 def test_values_too_wide_for_the_bit_vectors_stop_the_search_as_unknown(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvpocket.verify.proofs.bmc as bmc_module
+    import kvpocket.verify.proofs.symbolic_bmc as bmc_module
 
     # 4-bit integers (3 for the values, with a margin) cannot hold capacity 6: the search
     # stops with a reason after the first step instead of letting the arithmetic wrap.

@@ -18,7 +18,7 @@ from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS, PageAction
 from kvpocket.model.state import Layout, State
 from kvpocket.verify.proofs.bounded import Instance, page_instances
-from kvpocket.verify.proofs.symbolic import (
+from kvpocket.verify.proofs.symbolic_exec import (
     equal_states,
     fix_state,
     get_slot,

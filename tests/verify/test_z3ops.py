@@ -6,7 +6,7 @@ from typing import Any
 
 import z3
 
-from kvpocket.verify.proofs.symbolic import _lowest
+from kvpocket.verify.proofs.symbolic_exec import _lowest
 from kvpocket.verify.proofs.z3ops import Z3OPS, bitvectors, int_var, lit, py_int, tag, to_z3, values
 
 

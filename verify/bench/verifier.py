@@ -97,9 +97,9 @@ def bench_bmc_unsafe(config_name: str = "gpu-host",
     parametric counterpart, a counterexample to induction for every size, is
     `kvpocket prove --parametric --policy unsafe` (`verify/proofs/parametric.py`)."""
     from kvpocket.model.state import Layout
-    from kvpocket.verify.proofs.bmc import bmc
-    from kvpocket.verify.proofs.explicit import explicit_bmc
+    from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
     from kvpocket.verify.proofs.prove import PROVE_CONFIGS, UNSAFE_DEPTH
+    from kvpocket.verify.proofs.symbolic_bmc import bmc
 
     lay = Layout(PROVE_CONFIGS[config_name].config.with_pocket(True, "unsafe"))
     rows = []

@@ -188,8 +188,8 @@ def lockstep_step() -> str:
 
 def bmc_step() -> str:
     from kvpocket.model.state import Layout
-    from kvpocket.verify.proofs.bmc import bmc
     from kvpocket.verify.proofs.prove import PROVE_CONFIGS
+    from kvpocket.verify.proofs.symbolic_bmc import bmc
 
     lay = Layout(PROVE_CONFIGS["gpu-host"].config)
     return sequence_diagram(record_calls(lambda: bmc(lay, "api", 1, timeout_ms=60_000)))

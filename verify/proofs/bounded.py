@@ -1,6 +1,6 @@
 """What a bounded search from Init explores and reports, shared by its two engines.
 
-`bmc` unrolls the steps symbolically for Z3; `explicit` enumerates them on the
+`symbolic_bmc` unrolls the steps for Z3; `explicit_bmc` enumerates them on the
 concrete model. Both read the same alphabet (`api_instances`, from the API
 table), start from the same state (Init, or the state after a recorded prefix),
 look for the same properties and report a `BmcResult` whose trace is in the

@@ -22,7 +22,7 @@ from kvpocket.model.state import Layout
 from kvpocket.verify.proofs.bounded import Instance, page_instances
 from kvpocket.verify.proofs.cti import Cti
 from kvpocket.verify.proofs.solver import check, is_true, new_solver
-from kvpocket.verify.proofs.symbolic import (
+from kvpocket.verify.proofs.symbolic_exec import (
     concrete_state,
     effect_state,
     equal_states,

@@ -7,7 +7,7 @@ model checking from Init runs over the API actions on the configurations marked
 migration-during-park counterexample) and over the page actions on those marked
 `page_bmc` (every configuration when one is named with --config). `--engine` picks
 the BMC engine: `explicit` (the default: breadth-first on the executable model,
-`explicit.py`), `symbolic` (the Z3 unrolling, `bmc.py`; 5 steps by default under the
+`explicit_bmc.py`), `symbolic` (the Z3 unrolling, `symbolic_bmc.py`; 5 steps by default under the
 safe policies, plus two API steps on from the park prefix, `PARK_PREFIX`, which reach
 depth 7 along that run), or `both`, which also checks that they agree. Violations
 print a readable CTI or write a replayable trace file.
@@ -29,10 +29,10 @@ from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_l
 from kvpocket.model.state import Layout
 from kvpocket.verify.interrupts import EXIT_INTERRUPTED, quiet_worker, z3_leaves_ctrl_c_to_us
 from kvpocket.verify.presets import ConfigFileError, is_config_file, load_config_file
-from kvpocket.verify.proofs.bmc import bmc
 from kvpocket.verify.proofs.bounded import BmcResult, properties
-from kvpocket.verify.proofs.explicit import explicit_bmc
+from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
 from kvpocket.verify.proofs.obligations import PROVED, UNKNOWN, VIOLATED, prove_config
+from kvpocket.verify.proofs.symbolic_bmc import bmc
 from kvpocket.verify.traces.trace import Trace, TraceStep, write_atomic, write_trace
 
 # API steps from Init to a page parked in the pocket (SWA window 3, 2 tokens per block):

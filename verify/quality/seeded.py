@@ -368,10 +368,10 @@ def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
     page-level Z3 BMC in the remaining budget. Statuses: proved / violated / unknown
     (timeout)."""
     from kvpocket.model.state import Layout
-    from kvpocket.verify.proofs.bmc import bmc
-    from kvpocket.verify.proofs.explicit import explicit_bmc
+    from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
     from kvpocket.verify.proofs.obligations import prove_config
     from kvpocket.verify.proofs.prove import PROVE_CONFIGS, UNSAFE_DEPTH
+    from kvpocket.verify.proofs.symbolic_bmc import bmc
 
     t0 = time.monotonic()
     cfg = PROVE_CONFIGS[m.prove_config].config.with_pocket(True, PocketPolicy.parse(m.policy))

@@ -1,5 +1,5 @@
 """Bounded model checking from Init (or from the state after an API prefix): the
-symbolic engine, the explicit one's independent cross-check (`explicit.py`; what the two
+symbolic engine, the explicit one's independent cross-check (`explicit_bmc.py`; what the two
 share is in `bounded.py`).
 
 The run is unrolled one step at a time from its concrete start state, with
@@ -39,7 +39,7 @@ from kvpocket.verify.proofs.bounded import (
     start_state,
 )
 from kvpocket.verify.proofs.solver import check, int_value, is_true
-from kvpocket.verify.proofs.symbolic import (
+from kvpocket.verify.proofs.symbolic_exec import (
     ChoiceRecord,
     effect_state,
     get_slot,

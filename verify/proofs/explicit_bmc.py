@@ -1,6 +1,6 @@
 """Bounded model checking from Init, explicit engine: breadth-first over concrete states.
 
-The same search as the symbolic engine (`bmc`), run on the executable model instead of
+The same search as the symbolic engine (`symbolic_bmc`), run on the executable model instead of
 Z3: the same alphabet (`bounded.api_instances` with every value of resize's capacity and
 history, or every page-action instance), the same start state, the same properties, and
 the same symmetry reduction (of interchangeable candidates only the lowest is tried).
@@ -21,7 +21,7 @@ proved for every depth, and says so.
 
 The model's concrete execution is what makes this fast at small scopes (thousands of
 states, no solver); the symbolic engine stays the independent cross-check, and the two
-must agree (tests/verify/test_explicit_bmc.py).
+must agree (tests/verify/test_bmc.py).
 """
 
 from __future__ import annotations
