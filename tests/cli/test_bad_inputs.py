@@ -483,17 +483,17 @@ def test_record_replaces_an_existing_file_only_when_complete(
 def test_an_interrupted_fuzz_writes_the_partial_report(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from kvpocket.verify.cli import render
+    from kvpocket.verify.conformance import progress
 
     steps = 0
 
-    def tick(self: render.CampaignProgress, n: int) -> None:
+    def tick(self: progress.CampaignProgress, n: int) -> None:
         nonlocal steps
         steps += n
         if steps >= 40:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(render.CampaignProgress, "tick", tick)
+    monkeypatch.setattr(progress.CampaignProgress, "tick", tick)
     monkeypatch.chdir(tmp_path)
     report = tmp_path / "report.json"
     code = main(["fuzz", "--config", "tiny", "--examples", "500", "--out", str(tmp_path / "o"),
@@ -510,17 +510,17 @@ def test_an_interrupted_fuzz_writes_the_partial_report(
 def test_an_interrupted_matrix_writes_the_partial_report(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from kvpocket.verify.cli import render
+    from kvpocket.verify.conformance import progress
 
     steps = 0
 
-    def tick(self: render.MatrixProgress, n: int) -> None:
+    def tick(self: progress.MatrixProgress, n: int) -> None:
         nonlocal steps
         steps += n
         if steps >= 30:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(render.MatrixProgress, "tick", tick)
+    monkeypatch.setattr(progress.MatrixProgress, "tick", tick)
     monkeypatch.chdir(tmp_path)
     report = tmp_path / "matrix.json"
     code = main(["fuzz", "--minutes", "5", "--workers", "1", "--out", str(tmp_path / "o"),

@@ -16,8 +16,9 @@ import pytest
 
 from kvpocket.verify import patching
 from kvpocket.verify.conformance.matrix import DEFAULT_EXAMPLES
+from kvpocket.verify.quality.killmatrix import run_mutants
 from kvpocket.verify.quality.patches import BUGS, switched_on
-from kvpocket.verify.quality.seeded import DETECTORS, MUTANTS, MutantResult, run_mutants
+from kvpocket.verify.quality.seeded import DETECTORS, MUTANTS, MutantResult
 from kvpocket.verify.quality.zoo import HAZARDS, ZOO, run_zoo_bug
 
 pytestmark = [pytest.mark.quality, pytest.mark.slow]

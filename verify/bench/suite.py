@@ -58,6 +58,8 @@ from kvpocket.verify.bench.geometry import GeometryCase, bench_geometry
 from kvpocket.verify.bench.report import print_result
 from kvpocket.verify.bench.verifier import bench_bmc_unsafe, bench_fuzz, bench_mutants, bench_prove
 from kvpocket.verify.interrupts import EXIT_INTERRUPTED, stop_if_interrupted
+from kvpocket.verify.traces.trace import write_atomic
+from kvpocket.verify.usage import CliError, check_outputs
 
 
 # ---- CLI ------------------------------------------------------------------------------
@@ -103,8 +105,6 @@ def _validate(args: argparse.Namespace) -> tuple[Suite, str]:
 def _check_outputs(args: argparse.Namespace) -> None:
     """Every output path is checked before the run (minutes of work are not lost to a bad
     --json at the end): a writable file, writable folders."""
-    from kvpocket.verify.cli.commands import CliError, check_outputs
-
     try:
         check_outputs([("--json", args.json_path)],
                       [("--plots", args.plots), ("--out", args.bench_out)])
@@ -216,8 +216,6 @@ def run_bench(args: argparse.Namespace) -> int:
         print("INTERRUPTED: the rows below are those of the part that ran", file=sys.stderr)
     print_result(res)
     if args.json_path:
-        from kvpocket.verify.traces.trace import write_atomic
-
         write_atomic(args.json_path, json.dumps(res.to_json(), indent=1) + "\n")
         print(f"wrote {args.json_path}")
     if res.plots:

@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import inspect
 import json
-import math
 import os
 import sys
 import tempfile
@@ -35,13 +34,23 @@ from kvpocket.verify.presets import (
     config_named,
     is_config_file,
 )
+from kvpocket.verify.usage import (
+    MAX_EXAMPLES,
+    MAX_MINUTES,
+    MAX_SEED,
+    MAX_STEPS,
+    MIN_EXAMPLES,
+    CliError,
+    check_float,
+    check_int,
+    check_output,
+    check_output_dir,
+    check_outputs,
+    use_hypothesis_home,
+)
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MUTANT_ENV = "KVPOCKET_MUTANT"  # read by earlier versions; refused, never silently ignored
-
-
-class CliError(Exception):
-    """A user error: printed as one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,107 +106,18 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
                    help="print the page-life state diagram (Mermaid)")
 
 
-MAX_STEPS = 500  # rules per example; more makes Hypothesis refuse the example as too large
-MAX_MINUTES = 7 * 24 * 60.0
-MAX_EXAMPLES = 10_000_000
-# Hypothesis's first example of a state machine is its simplest, the empty run: one
-# example would check nothing, so a budget (and each worker's share) is at least two.
-MIN_EXAMPLES = 2
-MAX_SEED = 2**63 - 1
 MAX_RECORD_STEPS = 10_000_000
 WORKERS_PER_CORE = 4
 DEFAULT_MATRIX_MINUTES = 1.0
-
-
-def max_workers() -> int:
-    """At most WORKERS_PER_CORE worker processes per core."""
-    return WORKERS_PER_CORE * (os.cpu_count() or 1)
-
-
-def check_int(name: str, value: int | None, lo: int, hi: int) -> None:
-    """An integer option in [lo, hi] (None: not given)."""
-    if value is not None and not lo <= value <= hi:
-        raise CliError(f"argument {name}: expected an integer in [{lo}, {hi}], got {value}")
-
-
-def check_float(name: str, value: float | None, lo: float, hi: float, what: str = "a number"
-                ) -> None:
-    """A number option in (lo, hi]; refuses nan and inf."""
-    if value is not None and not (math.isfinite(value) and lo < value <= hi):
-        raise CliError(f"argument {name}: expected {what} in ({lo:g}, {hi:g}], got {value}")
 
 
 def _check_minutes(value: float | None) -> None:
     check_float("--minutes", value, 0, MAX_MINUTES, "a number of minutes")
 
 
-def _writable_ancestor(option: str, path: Path) -> None:
-    """The nearest existing folder above `path` must take a new file (probed for real:
-    permission bits say nothing to root, or on a read-only mount)."""
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise CliError(f"argument {option}: cannot write {path} ({probe} is not a folder)")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".kvpocket-probe-", dir=probe)
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as exc:
-        raise CliError(f"argument {option}: cannot write {path} ({probe} is not a writable "
-                       f"folder: {exc.strerror})") from None
-
-
-def check_output(option: str, path: str | None) -> None:
-    """Refuse an output file that cannot be written, before any work is done. Outputs are
-    written atomically (a temporary file, then a rename), so only a regular file may be
-    replaced: never a folder, a device such as /dev/full, or a link to one."""
-    if path is None:
-        return
-    if not path.strip():
-        raise CliError(f"argument {option}: expected a file path, got {path!r}")
-    p = Path(path)
-    if p.is_dir():
-        raise CliError(f"argument {option}: {path} is a folder, expected a file path")
-    if p.exists() and not p.is_file():
-        raise CliError(f"argument {option}: {path} is not a regular file (outputs are written "
-                       "to a temporary file and renamed over it)")
-    _writable_ancestor(option, p.parent if str(p.parent) else Path("."))
-
-
-def check_output_dir(option: str, path: str | None) -> None:
-    """Refuse an output folder that is a file or cannot be created or written."""
-    if path is None:
-        return
-    if not path.strip():
-        raise CliError(f"argument {option}: expected a folder, got {path!r}")
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise CliError(f"argument {option}: {path} exists and is not a folder")
-    _writable_ancestor(option, p)
-
-
-def check_outputs(files: Sequence[tuple[str, str | None]],
-                  folders: Sequence[tuple[str, str | None]] = ()) -> None:
-    """Every output path of a command, checked before the run: each one alone (as
-    `check_output` / `check_output_dir`), then against all the others: no two name the
-    same path (a report written over a folder of traces, or the other way round, would be
-    lost at the end of the run). A file inside an output folder is fine."""
-    for option, path in files:
-        check_output(option, path)
-    for option, path in folders:
-        check_output_dir(option, path)
-    seen: dict[Path, str] = {}
-    for option, path in (*files, *folders):
-        if path is None or path.startswith("redis://"):
-            continue
-        key = Path(path).resolve()
-        if key in seen:
-            raise CliError(f"argument {option}: {path} is also the path given to "
-                           f"{seen[key]}; give each output its own path")
-        seen[key] = option
+def max_workers() -> int:
+    """At most WORKERS_PER_CORE worker processes per core."""
+    return WORKERS_PER_CORE * (os.cpu_count() or 1)
 
 
 def check_database(spec: str | None) -> None:
@@ -221,17 +141,6 @@ def check_database(spec: str | None) -> None:
         client.ping()
     except (redis.RedisError, ValueError, OSError) as exc:
         raise CliError(f"argument --database: cannot reach {spec} ({exc})") from None
-
-
-def use_hypothesis_home(folder: str | Path) -> Path:
-    """Hypothesis keeps its own files in `.hypothesis/`; put them under `folder` (for this
-    process and the worker processes it starts) instead of the current directory."""
-    from hypothesis.configuration import set_hypothesis_home_dir
-
-    home = Path(folder) / ".hypothesis"
-    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(home)
-    set_hypothesis_home_dir(home)
-    return home
 
 
 def check_gpu(option: str, hint: str = "") -> None:
@@ -589,7 +498,7 @@ def _trace_record(args: argparse.Namespace) -> int:
 
 
 def _mutants_args(p: argparse.ArgumentParser) -> None:
-    from kvpocket.verify.quality.seeded import add_mutants_arguments
+    from kvpocket.verify.quality.killmatrix import add_mutants_arguments
 
     add_mutants_arguments(p)
 
@@ -597,7 +506,7 @@ def _mutants_args(p: argparse.ArgumentParser) -> None:
 def cmd_mutants(args: argparse.Namespace) -> int:
     """Seeded bugs: run the campaigns against each mutant and print the kill matrix."""
     from kvpocket.verify.conformance.matrix import DEFAULT_EXAMPLES
-    from kvpocket.verify.quality.seeded import MAX_BUDGET_S, run_mutants
+    from kvpocket.verify.quality.killmatrix import MAX_BUDGET_S, run_mutants
 
     check_float("--budget", args.budget, 0, MAX_BUDGET_S, "seconds")
     check_int("--examples", args.examples, 0, MAX_EXAMPLES)

@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from kvpocket.verify.terminal import progress_console
 
 
 def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
-
-
-def _progress(out: Console, show: bool) -> Any:
-    """One transient progress line: spinner, description, elapsed time, live stats."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    return Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
-                    TextColumn("{task.fields[stats]}"), console=out, transient=True,
-                    disable=not show)
-
-
-def progress_console(show: bool) -> tuple[Console, bool]:
-    """Progress goes to stderr, and only to a terminal: a log file or a pipe gets the
-    final report, not a progress line cut at 80 columns."""
-    err = Console(stderr=True, highlight=False)
-    return err, show and err.is_terminal
 
 
 class Ticker:
@@ -40,14 +28,10 @@ class Ticker:
         self.start = 0.0
 
     def __enter__(self) -> Ticker:
-        import time
-
         self.start = time.monotonic()
         return self
 
     def update(self, events: int, line: int) -> None:
-        import time
-
         if not self.show:
             return
         secs = max(time.monotonic() - self.start, 1e-9)
@@ -75,66 +59,7 @@ def print_spec(data: dict[str, Any]) -> None:
     out.print(invariants)
 
 
-class CampaignProgress:
-    """A live progress line for a fuzz campaign: examples, steps, steps/s, rare states,
-    failures. Silent when `show` is False (tests, --json-only runs)."""
-
-    def __init__(self, spec: Any, show: bool) -> None:
-        self.show = show
-        self.multi = False
-        self.steps = 0
-        self.last = 0.0
-        out, self.show = progress_console(show)
-        self.progress = _progress(out, self.show)
-        self.task = self.progress.add_task(
-            f"fuzz {spec.config_name}/{spec.cfg.pocket.policy.value}", total=None, stats="")
-
-    def __enter__(self) -> CampaignProgress:
-        import time
-
-        self.start = time.monotonic()
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._refresh(force=True)
-        self.progress.__exit__(None, None, None)
-
-    def tick(self, steps: int) -> None:
-        self.steps += steps
-        self._refresh()
-
-    def set_steps(self, steps: int) -> None:
-        """Several workers: only the shared step count is known here until they finish."""
-        self.steps = steps
-        self.multi = True
-        self._refresh()
-
-    def _refresh(self, force: bool = False) -> None:
-        import time
-
-        from kvpocket.verify.conformance.stateful import STATS
-
-        now = time.monotonic()
-        if not self.show or (not force and now - self.last < 0.2):
-            return
-        self.last = now
-        rate = self.steps / max(now - self.start, 1e-9)
-        if self.multi:
-            self.progress.update(self.task, stats=(
-                f"steps {self.steps}  {rate:,.0f} steps/s  (per-worker examples, rare states "
-                "and failures in the table at the end)"))
-            return
-        reached = sum(1 for v in STATS.rare.values() if v)
-        failures = 1 if STATS.failure else 0
-        self.progress.update(self.task, stats=(
-            f"examples {STATS.examples}  steps {self.steps}  {rate:,.0f} steps/s  "
-            f"rare states {reached}  failures {failures}"))
-
-
 def print_campaign(report: Any) -> None:
-    from rich.markup import escape
-
     out = console()
     if getattr(report, "interrupted", False):
         out.print("[yellow bold]INTERRUPTED[/yellow bold]: the report covers the part that "
@@ -165,63 +90,8 @@ def print_campaign(report: Any) -> None:
         out.print(f"  reproducer: {f.test}", markup=False, soft_wrap=True)
 
 
-class MatrixProgress:
-    """A live line for the default campaign: elapsed / budget, the cell running now,
-    examples, steps and failures. Silent when `show` is False."""
-
-    def __init__(self, report: Any, budget_s: float, show: bool) -> None:
-        self.report = report
-        self.show = show
-        self.steps = 0
-        self.cell = ""
-        self.last = 0.0
-        out, self.show = progress_console(show)
-        self.progress = _progress(out, self.show)
-        budget = f"{report.total_examples} examples" if getattr(report, "total_examples", None) \
-            else f"{budget_s:g} s"
-        self.task = self.progress.add_task(
-            f"fuzz matrix ({len(report.cells)} cells, budget {budget})", total=None, stats="")
-
-    def __enter__(self) -> MatrixProgress:
-        import time
-
-        self.start = time.monotonic()
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(None, None, None)
-
-    def current(self, cell: str) -> None:
-        self.cell = cell
-        self._refresh()
-
-    def tick(self, steps: int) -> None:
-        self.steps += steps
-        self._refresh()
-
-    def set_steps(self, steps: int) -> None:
-        self.steps = steps
-        self._refresh()
-
-    def _refresh(self) -> None:
-        import time
-
-        now = time.monotonic()
-        if not self.show or now - self.last < 0.2:
-            return
-        self.last = now
-        rate = self.steps / max(now - self.start, 1e-9)
-        where = f"  cell {self.cell}" if self.cell else ""
-        self.progress.update(self.task, stats=(
-            f"steps {self.steps}  {rate:,.0f} steps/s  examples {self.report.examples}  "
-            f"failures {len(self.report.failures)}{where}"))
-
-
 def print_matrix(report: Any, verbose: bool = False) -> None:
     """The verdict first, then one row per cell, the rare states, and any failure."""
-    from rich.markup import escape
-
     out = console()
     if report.failures:
         f = report.failures[0]

@@ -26,10 +26,11 @@ from kvpocket.model.config import KVConfig, PocketPolicy
 from kvpocket.verify import interrupts, patching
 from kvpocket.verify.conformance.lockstep import RARE_STATES
 from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
+from kvpocket.verify.conformance.progress import CampaignProgress
 from kvpocket.verify.conformance.replay import OVERRIDES_KEY, replay
 from kvpocket.verify.conformance.shrink import minimize
 from kvpocket.verify.conformance.stateful import STATS, drawn_machine_for, machine_for
-from kvpocket.verify.traces.trace import Trace, TraceStep, write_atomic
+from kvpocket.verify.traces.trace import Trace, TraceStep, unused_path, write_atomic
 
 
 def expected_rare_states(cfg: KVConfig) -> list[str]:
@@ -89,17 +90,6 @@ class CampaignInterrupted(KeyboardInterrupt):
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a whole file or nothing: a temporary file beside it, then a rename."""
     write_atomic(path, text)
-
-
-def unused_path(path: Path) -> Path:
-    """`path`, or `path` with -2, -3, ... before its suffix: what a campaign found is
-    never overwritten by a later one."""
-    n = 2
-    candidate = path
-    while candidate.exists():
-        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
-        n += 1
-    return candidate
 
 
 @dataclass
@@ -356,8 +346,6 @@ def merge(reports: list[CampaignReport], spec: CampaignSpec, seconds: float) -> 
 
 def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = True
                  ) -> CampaignReport:
-    from kvpocket.verify.cli.render import CampaignProgress
-
     start = time.monotonic()
     if workers <= 1:
         with CampaignProgress(spec, show_progress) as bar:

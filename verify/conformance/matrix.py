@@ -48,6 +48,7 @@ from kvpocket.verify.conformance.fuzz import (
     write_text_atomic,
 )
 from kvpocket.verify.conformance.lockstep import RARE_STATES
+from kvpocket.verify.conformance.progress import MatrixProgress
 from kvpocket.verify.presets import PRESETS
 
 OFF = "off"  # a cell's policy when its pocket is disabled
@@ -310,8 +311,6 @@ def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
                 _kind(f.message), sl.before + r.examples))
         if on_slice is not None:
             on_slice(sl.cell.name, r)
-
-    from kvpocket.verify.cli.render import MatrixProgress
 
     with MatrixProgress(report, budget_s, show_progress) as bar:
         runner = _Runner(workers, bar)

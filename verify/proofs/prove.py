@@ -33,7 +33,7 @@ from kvpocket.verify.proofs.bounded import BmcResult, properties
 from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
 from kvpocket.verify.proofs.obligations import PROVED, UNKNOWN, VIOLATED, prove_config
 from kvpocket.verify.proofs.symbolic_bmc import bmc
-from kvpocket.verify.traces.trace import Trace, TraceStep, write_atomic, write_trace
+from kvpocket.verify.traces.trace import Trace, TraceStep, unused_path, write_atomic, write_trace
 
 # API steps from Init to a page parked in the pocket (SWA window 3, 2 tokens per block):
 # the unsafe policy breaks within PARK_DEPTH steps after them (pressure, then a pop), at
@@ -430,8 +430,6 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
 def counterexample_path(out_dir: str | Path, config: str, policy: str, layer: str) -> Path:
     """Where a BMC counterexample goes: never over an earlier one (-2, -3, ... when the
     name is taken, as fuzz failure traces)."""
-    from kvpocket.verify.conformance.fuzz import unused_path
-
     return unused_path(Path(out_dir) / f"bmc-{config}-{policy}-{layer}.jsonl")
 
 

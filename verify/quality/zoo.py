@@ -16,14 +16,18 @@ docs/bug-zoo.md has one paragraph per bug with the measured time-to-kill.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kvpocket.model.config import KVConfig, PocketPolicy
 from kvpocket.verify.quality.patches import switched_on
-
-if TYPE_CHECKING:
-    from kvpocket.verify.quality.seeded import MutantResult
+from kvpocket.verify.quality.seeded import (
+    CONFIGS,
+    MutantResult,
+    default_campaign,
+    detector_of,
+    lockstep_campaign,
+)
 
 HAZARDS = ("write-after-read", "use-after-free", "double free", "leak", "stale mapping",
            "aliasing", "over-credit", "duplicate entry", "lost pin")
@@ -43,8 +47,6 @@ class ZooBug:
     policy: str = "revalidate"
 
     def config(self) -> KVConfig:
-        from kvpocket.verify.quality.seeded import CONFIGS
-
         return CONFIGS[self.preset].with_pocket(True, PocketPolicy.parse(self.policy))
 
     @property
@@ -198,10 +200,6 @@ def run_zoo_bug(bug: ZooBug, budget_s: float = 60.0, seed: int = 0, workers: int
     switched on; the failure's Divergence kind names the detector. `targeted=True` runs
     the ci lockstep campaign on the bug's own preset instead (a diagnosis aid, not what
     the zoo is judged by), and says so in `campaign`."""
-    import tempfile
-
-    from kvpocket.verify.quality.seeded import MutantResult, default_campaign, detector_of, lockstep_campaign
-
     res = MutantResult(bug.name, "impl", origin=bug.origin, hazard=bug.hazard)
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-zoo-")
     with switched_on(bug.name):

@@ -21,7 +21,9 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from kvpocket.verify.targets.base import SCHEDULER_STEP, CheckFailure, Target, TargetConfig
+from kvpocket.verify.targets.registry import load_target
 from kvpocket.verify.targets.workload import Op, ops_strategy
+from kvpocket.verify.traces.trace import unused_path, write_atomic
 
 DEFAULT_STEPS = 40
 REPRODUCER_VERSION = 1
@@ -152,15 +154,13 @@ def reproducer_json(report: TargetReport, cfg: TargetConfig) -> dict[str, Any]:
 def write_reproducer(report: TargetReport, cfg: TargetConfig, out: Path) -> None:
     """`<target>-failure-<config>-<seed>.json` and a pytest file that replays it; never
     overwrites an earlier finding."""
-    from kvpocket.verify.conformance.fuzz import unused_path, write_text_atomic
-
     assert report.failure is not None
     out.mkdir(parents=True, exist_ok=True)
     path = unused_path(out / f"{report.target}-failure-{cfg.name}-{report.seed}.json")
-    write_text_atomic(path, json.dumps(reproducer_json(report, cfg), indent=1) + "\n")
+    write_atomic(path, json.dumps(reproducer_json(report, cfg), indent=1) + "\n")
     test = unused_path(out / f"test_{path.stem.replace('-', '_')}.py")
     first = report.failure.message.splitlines()[0]
-    write_text_atomic(test,
+    write_atomic(test,
         f'"""Reproducer written by `kvpocket fuzz --target {report.target}` '
         f'({report.target} {report.version}, config {cfg.name}, seed {report.seed}).\n\n'
         f'{first}\n"""\n\n'
@@ -191,8 +191,6 @@ def read_reproducer(path: Path) -> tuple[str, TargetConfig, list[Op], dict[str, 
 
 def replay_file(path: Path, target: Target | None = None) -> str | None:
     """Replay a reproducer: None if the run passes every check, else the failure."""
-    from kvpocket.verify.targets.registry import load_target
-
     name, cfg, ops, _ = read_reproducer(Path(path))
     tgt = target if target is not None else load_target(name)
     try:

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kvpocket.verify.targets.base import TargetUnavailable
+from kvpocket.verify.targets.base import CheckFailure, TargetUnavailable
 from kvpocket.verify.targets.campaign import (
     DEFAULT_STEPS,
     ReproducerError,
@@ -21,6 +21,16 @@ from kvpocket.verify.targets.campaign import (
     run_ops,
 )
 from kvpocket.verify.targets.registry import TARGETS, load_target
+from kvpocket.verify.traces.trace import write_atomic
+from kvpocket.verify.usage import (
+    MAX_EXAMPLES,
+    MAX_SEED,
+    MAX_STEPS,
+    check_int,
+    check_output,
+    check_output_dir,
+    use_hypothesis_home,
+)
 
 DEFAULT_EXAMPLES = 50
 # Options of the lockstep campaign a target campaign does not take (flag, default).
@@ -33,16 +43,6 @@ LOCKSTEP_ONLY = (("--policy", "policy", None), ("--minutes", "minutes", None),
 
 def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
     """Returns the exit status; raises `error` (the CLI's one-line usage error)."""
-    from kvpocket.verify.cli.commands import (
-        MAX_EXAMPLES,
-        MAX_SEED,
-        MAX_STEPS,
-        check_int,
-        check_output,
-        check_output_dir,
-        use_hypothesis_home,
-    )
-
     if args.target not in TARGETS:
         raise error(f"argument --target: expected one of {', '.join(TARGETS)}, got {args.target!r}")
     for flag, attr, default in LOCKSTEP_ONLY:
@@ -79,8 +79,6 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
         raise error(f"argument --target: {exc}") from None
     print(f"{args.target} {version}", flush=True)
     if replay is not None:
-        from kvpocket.verify.targets.base import CheckFailure
-
         _, cfg, ops, data = replay
         if data.get("version") != version:
             print(f"note: recorded with {args.target} {data.get('version')}")
@@ -97,9 +95,7 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
                           out_dir=args.out)
     print_report(report)
     if args.json:
-        from kvpocket.verify.conformance.fuzz import write_text_atomic
-
-        write_text_atomic(Path(args.json), json.dumps(report.to_json(), indent=1) + "\n")
+        write_atomic(Path(args.json), json.dumps(report.to_json(), indent=1) + "\n")
     return 1 if report.failure is not None else 0
 
 

@@ -162,6 +162,17 @@ def atomic_output(path: str | Path) -> Iterator[TextIO]:
         raise
 
 
+def unused_path(path: Path) -> Path:
+    """`path`, or `path` with -2, -3, ... before its suffix: what a campaign found is
+    never overwritten by a later one."""
+    n = 2
+    candidate = path
+    while candidate.exists():
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+        n += 1
+    return candidate
+
+
 def _mode_for(path: Path) -> int:
     try:
         return path.stat().st_mode & 0o7777
