@@ -129,9 +129,9 @@ def test_option_errors(argv: list[str], needle: str, capsys: pytest.CaptureFixtu
 
 def test_gpu_suite_without_gpu(capsys: pytest.CaptureFixture[str],
                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvpocket.impl.backend as backend
+    import kvpocket.verify.bench.suite as suite_module
 
-    monkeypatch.setattr(backend, "gpu_available", lambda refresh=False: False)
+    monkeypatch.setattr(suite_module, "gpu_available", lambda refresh=False: False)
     assert run(["--suite", "gpu"]) == 2
     err = capsys.readouterr().err
     assert "GPU" in err and "kvpocket[cuda]" in err and "Traceback" not in err

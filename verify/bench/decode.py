@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from kvpocket.impl.manager import KVCacheManager
 from kvpocket.model.config import EvictParked, KVConfig, LifeCycle, PocketConfig, stale_range
 from kvpocket.verify.bench.cases import (
     DecodeCase,
@@ -82,8 +83,6 @@ def _sum_counters(mgr: Any, seq_ids: Sequence[int]) -> dict[str, int]:
 def run_decode_case(case: DecodeCase, pocket: bool, backend: str = "numpy",
                     evict_parked: EvictParked | str = EvictParked.DROP) -> dict[str, Any]:
     """One decode row (see the module docstring)."""
-    from kvpocket.impl.manager import KVCacheManager
-
     n, w, t, steps = case.batch, case.window, case.tokens_per_block, case.steps
     h0 = w + t  # first measured-ish history: every window block exists
     warm = t + 1  # one retire and one crossing: the pocket is primed

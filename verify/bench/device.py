@@ -8,12 +8,21 @@ is exercised). On CuPy the copies are the real DMA paths of `CupyBackend`.
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
+import json
+import sys
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kvpocket.impl.backend import make_backend
+from kvpocket.impl.manager import KVCacheManager
+from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.model.config import KVConfig, LifeCycle
 from kvpocket.verify.bench.decode import decode_config
 
@@ -99,8 +108,6 @@ def migration_bandwidth(backend: str, slot_bytes: int = 1 << 20, pages: int = 25
     it enqueues when the operation commits) plus a full synchronize. `*_api_ms` is the
     API call alone; the copies only start at its end, so `wall - api` is the copy
     phase, reported as `*_copy_phase_ratio_vs_bulk` (bookkeeping excluded)."""
-    from kvpocket.impl.manager import KVCacheManager
-
     t = 16
     elems = slot_bytes // 4
     cfg = KVConfig(tokens_per_block=t, life_cycles=(LifeCycle("full"),),
@@ -175,8 +182,6 @@ def copy_slots_bandwidth(backend: str, slot_bytes: int = 1 << 20, pages: int = 2
     """`Backend.copy_slots` of `pages` slots GPU->host and host->GPU on one stream, as a
     ratio to one plain bulk copy of the same bytes. `pattern`: "contiguous" (slot i to
     slot i), "scattered" (a random permutation on both sides: the worst layout)."""
-    from kvpocket.impl.backend import make_backend
-
     if pattern not in ("contiguous", "scattered"):
         raise ValueError(f"pattern must be contiguous or scattered, got {pattern!r}")
     be = make_backend(backend, **({"copy_mode": copy_mode} if backend == "cupy" else {}))
@@ -259,9 +264,6 @@ def oracle_throughput(backend: str, batch: int | None = None, steps: int | None 
     steps, a check every 16 (the configuration of the before/after figure); on CuPy a
     real batch: 256 sequences with 4096-token windows, prefilled, 32 steps, a sweep
     every 4 (a million positions per sweep). The first check is a warm-up, untimed."""
-    from kvpocket.impl.manager import KVCacheManager
-    from kvpocket.impl.oracle import DecodeOracle
-
     if mode not in ("sweep", "reads"):
         raise ValueError(f"mode must be sweep or reads, got {mode!r}")
     big = backend == "cupy"
@@ -325,12 +327,6 @@ def oracle_ab(old_oracle: str, batch: int = 64, window: int = 128, steps: int = 
     (`time.process_time`, so other jobs on the machine do not count); best of `reps`
     interleaved runs. Rows: "old reads" (`verify` per sequence and step, `check` every 16
     steps), "new reads" (the same calls), "new sweep" (`sweep()` every step)."""
-    import importlib.util
-    import sys
-
-    from kvpocket.impl.manager import KVCacheManager
-    from kvpocket.impl.oracle import DecodeOracle
-
     spec = importlib.util.spec_from_file_location("kvpocket.impl._oracle_before", old_oracle)
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot load {old_oracle!r}")
@@ -392,9 +388,6 @@ def suite_extras(out_dir: str, backend: str = "cupy", small: bool = False) -> di
     batched copy alone on contiguous and scattered slots, the oracle's stream-read path;
     written to `out_dir/device-extras.json` after each measurement (a timeout keeps what
     is done). `small`: tiny sizes, for a simulator dry run."""
-    import json
-    from pathlib import Path
-
     size = {"slot_bytes": 4096, "pages": 16} if small else {}
     res: dict[str, Any] = {}
     path = Path(out_dir) / "device-extras.json"
@@ -425,10 +418,6 @@ def suite_summary(out_dir: str, runs: int, passed: int) -> dict[str, Any]:
     """The last step of the GPU suite: per-test pass counts from the runs' JUnit files, the
     bench suite's migration and oracle figures, the extras, and the targets met or
     missed; written to `out_dir/gpu-summary.json`."""
-    import json
-    import xml.etree.ElementTree as ET
-    from pathlib import Path
-
     out = Path(out_dir)
     per_test: dict[str, int] = {}
     for path in sorted(out.glob("gpu-tests-*.xml")):
@@ -479,8 +468,6 @@ def suite_summary(out_dir: str, runs: int, passed: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """`python -m kvpocket.verify.bench.device extras OUT [--backend B] [--small]` or
     `... summary OUT RUNS PASSED` (exit 1 when a target is missed)."""
-    import argparse
-
     p = argparse.ArgumentParser(prog="kvpocket.verify.bench.device")
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("extras")

@@ -26,6 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from kvpocket.model.config import KVConfig
+from kvpocket.model.sparse import SparseArray
+from kvpocket.verify.presets import preset
+from kvpocket.verify.traces.record import record
+from kvpocket.verify.traces.trace import EVENTS_KIND, open_events, with_end_marker
+from kvpocket.verify.traces.tracecheck import EventChecker, check_events
 
 EVENTS_PER_STEP = 2.0  # fewer than the recorder's workload writes per step (about 2.5)
 
@@ -41,18 +46,12 @@ class GeometryCase:
 def geometry_config(slots_per_level: int) -> KVConfig:
     """The `two-level` preset's life cycles (SWA + full attention, one pool group) with
     8 sequences of up to 32 blocks and `slots_per_level` slots at GPU and at host."""
-    from kvpocket.verify.presets import preset
-
     return replace(preset("two-level"), slots_per_level=(slots_per_level, slots_per_level),
                    num_sequences=8, max_blocks=32, max_pages=0)
 
 
 def header_only_startup(slots_per_level: int) -> dict[str, Any]:
     """Seconds to read and check a header-only log, and what the model stores for it."""
-    from kvpocket.model.sparse import SparseArray
-    from kvpocket.verify.traces.trace import EVENTS_KIND, open_events, with_end_marker
-    from kvpocket.verify.traces.tracecheck import EventChecker, check_events
-
     cfg = geometry_config(slots_per_level)
     header = json.dumps({"kvpocket_trace": 1, "kind": EVENTS_KIND, "config": cfg.to_json(),
                          "source": "kvpocket bench", "policy": cfg.pocket.policy.value})
@@ -72,8 +71,6 @@ def header_only_startup(slots_per_level: int) -> dict[str, Any]:
 
 def recorded_log(case: GeometryCase, path: Path) -> int:
     """Record the workload at `case.slots` per level into `path`; its number of events."""
-    from kvpocket.verify.traces.record import record
-
     steps = max(1, int(case.events / EVENTS_PER_STEP))
     record(geometry_config(case.slots), steps, case.seed, path)
     with path.open() as f:
@@ -82,9 +79,6 @@ def recorded_log(case: GeometryCase, path: Path) -> int:
 
 def _check_in_child(path: str) -> dict[str, Any]:
     """Runs in a fresh interpreter: check the log, report time and peak memory."""
-    from kvpocket.verify.traces.trace import open_events
-    from kvpocket.verify.traces.tracecheck import check_events
-
     t0, c0 = time.perf_counter(), time.process_time()
     verdict = check_events(open_events(path), name=path)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from kvpocket.impl.backend import gpu_available
 from kvpocket.verify.bench.cases import (
     BACKENDS,
     EXIT_FAIL,
@@ -55,6 +56,7 @@ from kvpocket.verify.bench.cases import (
 from kvpocket.verify.bench.decode import run_decode_ab
 from kvpocket.verify.bench.device import migration_bandwidth, oracle_throughput
 from kvpocket.verify.bench.geometry import GeometryCase, bench_geometry
+from kvpocket.verify.bench.longrun import create_cost, record_peak
 from kvpocket.verify.bench.report import print_result
 from kvpocket.verify.bench.verifier import bench_bmc_unsafe, bench_fuzz, bench_mutants, bench_prove
 from kvpocket.verify.interrupts import EXIT_INTERRUPTED, stop_if_interrupted
@@ -90,14 +92,11 @@ def _validate(args: argparse.Namespace) -> tuple[Suite, str]:
     if suite.backend is not None and backend != suite.backend:
         raise BenchUsageError(f"argument --backend: the {suite.name} suite runs on "
                               f"{suite.backend} only, got {backend!r}")
-    if backend == "cupy" or suite.gpu:
-        from kvpocket.impl.backend import gpu_available
-
-        if not gpu_available():
-            what = "the gpu suite" if suite.gpu else "--backend cupy"
-            raise BenchUsageError(f"argument {'--suite' if suite.gpu else '--backend'}: {what} "
-                                  "needs CuPy and a usable CUDA GPU; none was found "
-                                  "(pip install 'kvpocket[cuda]' on a machine with one)")
+    if (backend == "cupy" or suite.gpu) and not gpu_available():
+        what = "the gpu suite" if suite.gpu else "--backend cupy"
+        raise BenchUsageError(f"argument {'--suite' if suite.gpu else '--backend'}: {what} "
+                              "needs CuPy and a usable CUDA GPU; none was found "
+                              "(pip install 'kvpocket[cuda]' on a machine with one)")
     _check_outputs(args)
     return suite, backend
 
@@ -167,19 +166,15 @@ def _run_jobs(suite: Suite, backend: str, out_dir: str, log: Callable[[str], Non
         res.verifier["bmc_unsafe"] = bench_bmc_unsafe()
     if suite.mutants:
         log("verifier: mutant time-to-kill")
-        res.verifier["mutants"] = bench_mutants(os.environ.get("KVPOCKET_MUTANTS_JSON"))
+        res.verifier["mutants"] = bench_mutants()
     if suite.trace_geometry is not None:
         startup, slots, events = suite.trace_geometry
         log(f"verifier: trace check at real geometry ({slots} slots per level, {events} events)")
         res.verifier["trace_geometry"] = bench_geometry(GeometryCase(startup, slots, events))
     if suite.create_marks:
-        from kvpocket.verify.bench.longrun import create_cost
-
         log(f"long run: create cost after {', '.join(map(str, suite.create_marks))} closed")
         res.long_run["create"] = create_cost(suite.create_marks)
     if suite.record_steps:
-        from kvpocket.verify.bench.longrun import record_peak
-
         log(f"long run: trace record --steps {suite.record_steps}, peak memory")
         res.long_run["record"] = record_peak(suite.record_steps)
     if suite.gpu:

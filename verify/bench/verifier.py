@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import multiprocessing as mp
 import os
 import tempfile
 import time
@@ -12,9 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvpocket.model.state import Layout
 from kvpocket.verify.bench.cases import (
     Suite,
 )
+from kvpocket.verify.presets import DEFAULT_PRESET, preset
+from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
+from kvpocket.verify.proofs.prove import DEFAULT_DEPTH, PROVE_CONFIGS, UNSAFE_DEPTH, run_prove
+from kvpocket.verify.proofs.symbolic_bmc import bmc
+from kvpocket.verify.quality.seeded import MUTANTS, run_mutant
 
 
 # ---- verifier speed -------------------------------------------------------------------
@@ -27,8 +34,6 @@ def _quiet() -> contextlib.ExitStack:
 
 def bench_fuzz(suite: Suite, out_dir: str) -> list[dict[str, Any]]:
     from kvpocket.verify.conformance.fuzz import CampaignSpec, run_campaign
-    from kvpocket.verify.presets import DEFAULT_PRESET, preset
-
     rows = []
     workers = [1] + ([os.cpu_count() or 1] if suite.fuzz_all_cores else [])
     for k in workers:
@@ -53,8 +58,6 @@ def bench_fuzz(suite: Suite, out_dir: str) -> list[dict[str, Any]]:
 def _campaign_pool(spec: Any, workers: int) -> Any:
     """`workers` spawned processes running `fuzz.run_worker`, merged (as `run_campaign`
     does, without its shared progress counter)."""
-    import multiprocessing as mp
-
     from kvpocket.verify.conformance.fuzz import CampaignSpec, merge, run_worker
 
     per = None if spec.examples is None else max(1, spec.examples // workers)
@@ -69,8 +72,6 @@ def _campaign_pool(spec: Any, workers: int) -> Any:
 
 
 def bench_prove(names: Sequence[str], out_dir: str) -> list[dict[str, Any]]:
-    from kvpocket.verify.proofs.prove import DEFAULT_DEPTH, run_prove
-
     rows = []
     for name in names:
         path = Path(out_dir) / f"prove-{name}.json"
@@ -96,11 +97,6 @@ def bench_bmc_unsafe(config_name: str = "gpu-host",
     explicit engine carries the target; the symbolic one is its cross-check. Its
     parametric counterpart, a counterexample to induction for every size, is
     `kvpocket prove --parametric --policy unsafe` (`verify/proofs/parametric.py`)."""
-    from kvpocket.model.state import Layout
-    from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
-    from kvpocket.verify.proofs.prove import PROVE_CONFIGS, UNSAFE_DEPTH
-    from kvpocket.verify.proofs.symbolic_bmc import bmc
-
     lay = Layout(PROVE_CONFIGS[config_name].config.with_pocket(True, "unsafe"))
     rows = []
     for engine in engines:
@@ -115,33 +111,16 @@ def bench_bmc_unsafe(config_name: str = "gpu-host",
             "max_depth": UNSAFE_DEPTH, "target_seconds": BMC_TARGET_S, "rows": rows}
 
 
-def bench_mutants(json_hint: str | None, budget_s: float = 8.0) -> dict[str, Any]:
-    """Mutant time-to-kill through `verify.mutants.run_mutant` (every mutant, `budget_s`
-    each); without it, the JSON of a `kvpocket mutants --json` run if present."""
-    try:
-        from kvpocket.verify.quality import seeded as mod
-    except ImportError:
-        mod = None  # type: ignore[assignment]
-    run = getattr(mod, "run_mutant", None) if mod is not None else None
-    if run is not None:
-        rows = []
-        for m in getattr(mod, "MUTANTS", {}).values():
-            t0 = time.perf_counter()
-            with _quiet(), tempfile.TemporaryDirectory() as td:
-                r = run(m, budget_s=budget_s, out_dir=td)
-            data = r.to_json()
-            data.pop("trace", None)
-            data["wall_seconds"] = time.perf_counter() - t0
-            rows.append(data)
-        return {"source": "verify.mutants.run_mutant", "budget_s": budget_s, "rows": rows}
-    for cand in [json_hint, "kvpocket-out/mutants.json", "mutants.json"]:
-        if cand and Path(cand).is_file():
-            try:
-                loaded = json.loads(Path(cand).read_text())
-            except (OSError, ValueError):
-                continue
-            return {"source": cand, "rows": loaded.get("mutants", loaded)
-                    if isinstance(loaded, dict) else loaded}
-    return {"source": None, "rows": [],
-            "note": "verify/quality/seeded.py has no run_mutant and no `kvpocket mutants --json` "
-                    "output was found ($KVPOCKET_MUTANTS_JSON, kvpocket-out/mutants.json)"}
+def bench_mutants(budget_s: float = 8.0) -> dict[str, Any]:
+    """Mutant time-to-kill through `quality.seeded.run_mutant` (every mutant, `budget_s`
+    each)."""
+    rows = []
+    for m in MUTANTS.values():
+        t0 = time.perf_counter()
+        with _quiet(), tempfile.TemporaryDirectory() as td:
+            r = run_mutant(m, budget_s=budget_s, out_dir=td)
+        data = r.to_json()
+        data.pop("trace", None)
+        data["wall_seconds"] = time.perf_counter() - t0
+        rows.append(data)
+    return {"source": "verify.quality.seeded.run_mutant", "budget_s": budget_s, "rows": rows}

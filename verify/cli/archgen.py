@@ -22,6 +22,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from kvpocket.model.state import Layout
+from kvpocket.verify.conformance.lockstep import Lockstep
+from kvpocket.verify.presets import preset
+from kvpocket.verify.proofs.prove import PROVE_CONFIGS
+from kvpocket.verify.proofs.symbolic_bmc import bmc
+
 ROOT = Path(__file__).resolve().parents[2]
 TOPS = ("model", "impl", "verify")
 
@@ -173,9 +179,6 @@ def sequence_diagram(calls: list[tuple[str, str, str]]) -> str:
 
 
 def lockstep_step() -> str:
-    from kvpocket.verify.conformance.lockstep import Lockstep
-    from kvpocket.verify.presets import preset
-
     ls = Lockstep(preset("tiny"))
     ls.step("create", {"seq": 0, "prompt": []})
     ls.step("resume", {"seq": 0})
@@ -187,10 +190,6 @@ def lockstep_step() -> str:
 
 
 def bmc_step() -> str:
-    from kvpocket.model.state import Layout
-    from kvpocket.verify.proofs.prove import PROVE_CONFIGS
-    from kvpocket.verify.proofs.symbolic_bmc import bmc
-
     lay = Layout(PROVE_CONFIGS["gpu-host"].config)
     return sequence_diagram(record_calls(lambda: bmc(lay, "api", 1, timeout_ms=60_000)))
 

@@ -23,10 +23,14 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from kvpocket.impl.backend import gpu_available
 from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy
 from kvpocket.model.errors import UsageError
+from kvpocket.model.overrides import overriding
 from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify import patching
+from kvpocket.verify.bench.suite import add_bench_arguments, run_bench
+from kvpocket.verify.interrupts import interrupt_scope, was_interrupted, z3_leaves_ctrl_c_to_us
 from kvpocket.verify.presets import (
     DEFAULT_PRESET,
     PRESETS,
@@ -34,6 +38,13 @@ from kvpocket.verify.presets import (
     config_named,
     is_config_file,
 )
+from kvpocket.verify.proofs import prove
+from kvpocket.verify.proofs.prove import add_prove_arguments
+from kvpocket.verify.quality.killmatrix import MAX_BUDGET_S, add_mutants_arguments, run_mutants
+from kvpocket.verify.quality.patches import BUGS, switched_on, unknown_bug
+from kvpocket.verify.traces.record import record
+from kvpocket.verify.traces.trace import TraceError, open_events, read_trace
+from kvpocket.verify.traces.tracecheck import ConfigTooSmall, TooVague, check_events
 from kvpocket.verify.usage import (
     MAX_EXAMPLES,
     MAX_MINUTES,
@@ -145,8 +156,6 @@ def check_database(spec: str | None) -> None:
 
 def check_gpu(option: str, hint: str = "") -> None:
     """The CuPy backend: refuse (exit 2) when CuPy or a usable GPU is missing."""
-    from kvpocket.impl.backend import gpu_available
-
     if not gpu_available():
         raise CliError(f"{option}: the CuPy backend needs CuPy and a usable CUDA GPU; none "
                        "was found (pip install 'kvpocket[cuda]' on a machine with one)"
@@ -223,8 +232,6 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 def seeded_bugs(where: str, names: Sequence[str], how: str) -> AbstractContextManager[None]:
     """Switch seeded implementation bugs on for a command, saying so on its first line;
     an unknown name is a usage error naming the allowed ones."""
-    from kvpocket.verify.quality.patches import BUGS, switched_on, unknown_bug
-
     for n in names:
         if n not in BUGS:
             raise CliError(f"{where}: {unknown_bug(n)}")
@@ -339,10 +346,7 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace on the implementation and the model; print the first divergence."""
-    from kvpocket.model.overrides import overriding
     from kvpocket.verify.conformance.replay import recorded_overrides, replay
-    from kvpocket.verify.traces.trace import TraceError, read_trace
-
     if args.backend not in (None, "numpy", "cupy"):
         raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
     try:
@@ -377,15 +381,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _prove_args(p: argparse.ArgumentParser) -> None:
-    from kvpocket.verify.proofs.prove import add_prove_arguments
-
     add_prove_arguments(p)
 
 
 def cmd_prove(args: argparse.Namespace) -> int:
     """Prove the page-layer invariants (Z3 induction) and run bounded model checking."""
-    from kvpocket.verify.proofs import prove
-
     check_int("--workers", args.workers, 1, max_workers())
     check_int("--depth", args.depth, 0, prove.MAX_DEPTH)
     check_int("--page-depth", args.page_depth, 0, prove.MAX_DEPTH)
@@ -399,15 +399,11 @@ def cmd_prove(args: argparse.Namespace) -> int:
 
 
 def _bench_args(p: argparse.ArgumentParser) -> None:
-    from kvpocket.verify.bench.suite import add_bench_arguments
-
     add_bench_arguments(p)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmarks: what the pocket buys, what it costs, and how fast the verifier is."""
-    from kvpocket.verify.bench.suite import run_bench
-
     return run_bench(args)
 
 
@@ -453,9 +449,6 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def _trace_check(args: argparse.Namespace) -> int:
     from kvpocket.verify.cli.render import Ticker
-    from kvpocket.verify.traces.trace import TraceError, open_events
-    from kvpocket.verify.traces.tracecheck import ConfigTooSmall, TooVague, check_events
-
     cfg_override = config_from_args(args.config, None) if args.config else None
     policy = PocketPolicy.parse(args.policy, "--policy") if args.policy is not None else None
     order = Order.parse(args.order, "--order") if args.order is not None else None
@@ -482,8 +475,6 @@ def _trace_check(args: argparse.Namespace) -> int:
 
 
 def _trace_record(args: argparse.Namespace) -> int:
-    from kvpocket.verify.traces.record import record
-
     check_int("--steps", args.steps, 1, MAX_RECORD_STEPS)
     check_int("--seed", args.seed, 0, MAX_SEED)
     cfg = config_from_args(args.config, args.policy)
@@ -498,16 +489,12 @@ def _trace_record(args: argparse.Namespace) -> int:
 
 
 def _mutants_args(p: argparse.ArgumentParser) -> None:
-    from kvpocket.verify.quality.killmatrix import add_mutants_arguments
-
     add_mutants_arguments(p)
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     """Seeded bugs: run the campaigns against each mutant and print the kill matrix."""
     from kvpocket.verify.conformance.matrix import DEFAULT_EXAMPLES
-    from kvpocket.verify.quality.killmatrix import MAX_BUDGET_S, run_mutants
-
     check_float("--budget", args.budget, 0, MAX_BUDGET_S, "seconds")
     check_int("--examples", args.examples, 0, MAX_EXAMPLES)
     examples = DEFAULT_EXAMPLES if args.examples is None else (args.examples or None)
@@ -516,8 +503,6 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         code: int = run_mutants(args.only, args.budget, args.json_path, True, zoo=args.zoo,
                                 examples=examples)
         return code
-    from kvpocket.verify.interrupts import z3_leaves_ctrl_c_to_us
-
     z3_leaves_ctrl_c_to_us()  # Ctrl-C in a Z3 check stops the run, never reads "unknown"
     # Every campaign's scratch folder (and Hypothesis's own files) in one temporary folder,
     # removed at the end: a run leaves nothing behind under the system temp dir.
@@ -574,8 +559,6 @@ def _command_of(argv: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from kvpocket.verify.interrupts import interrupt_scope, was_interrupted
-
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = " ".join(x for x in ("kvpocket", _command_of(argv)) if x)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kvpocket.model.spec import markdown_tables, mermaid_page_life
 from kvpocket.verify.cli.archgen import GENERATORS as ARCHITECTURE
+from kvpocket.verify.cli.commands import build_parser
 from kvpocket.verify.presets import DEFAULT_PRESET, preset
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -69,8 +70,6 @@ def _subcommands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParse
 
 def cli_reference() -> str:
     """`kvpocket --help` and every subcommand's help, from `verify/cli/commands.py: build_parser()`."""
-    from kvpocket.verify.cli.commands import build_parser
-
     root = build_parser()
     root.prog = "kvpocket"
     out = ["```text", _help(root), "```"]

@@ -29,9 +29,12 @@ most one pocket position), which is what pocket safety needs.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import z3
@@ -42,6 +45,7 @@ from kvpocket.model.state import Layout, State, evictable, status
 from kvpocket.verify.proofs.epr import (
     SCALARS,
     ActionInstance,
+    Alpha,
     EprLayout,
     EprOps,
     Field,
@@ -50,6 +54,7 @@ from kvpocket.verify.proofs.epr import (
     Universe,
     as_fields,
     derive,
+    finite_universe,
     instances,
     symbolic_state,
     uniform_state,
@@ -707,8 +712,6 @@ def run_parametric(configs: list[tuple[str, KVConfig]], json_path: str | None = 
         seen[key] = label
         jobs.append((label, cfg))
     if workers > 1 and len(jobs) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
             results = list(pool.map(_prove_cell, jobs))
     else:
@@ -739,9 +742,6 @@ def run_parametric(configs: list[tuple[str, KVConfig]], json_path: str | None = 
     print(f"parametric: {len(jobs)} cell(s), every size; {counts[PROVED]} proved, "
           f"{counts[VIOLATED]} violated, {counts[UNKNOWN]} unknown; {total:.1f} s")
     if json_path:
-        import json
-        from pathlib import Path
-
         Path(json_path).write_text(json.dumps({"parametric": rows, "seconds": round(total, 3)},
                                               indent=2) + "\n")
     return 0 if counts[PROVED] == len(rows) else 1
@@ -751,8 +751,6 @@ def run_parametric(configs: list[tuple[str, KVConfig]], json_path: str | None = 
 
 def concrete_view(lay: Layout, s: State) -> View:
     """alpha(s) in a finite universe, with its true reference counts."""
-    from kvpocket.verify.proofs.epr import Alpha, finite_universe
-
     uni = finite_universe(lay)
     alpha = Alpha(uni, lay)
     st = alpha.state(s)

@@ -29,18 +29,29 @@ chosen per bug; its rows also carry `hazard`.
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from kvpocket.impl import KVCacheManager
+from kvpocket.impl.attention import AttentionOracle
 from kvpocket.model.api import WINDOW_START
-from kvpocket.model.config import KVConfig, PocketPolicy
+from kvpocket.model.config import KVConfig, PocketPolicy, SeqStatus
 from kvpocket.model.overrides import Override, overriding
 from kvpocket.model.pages import POCKET_NOT_FULL, STILL_VALID
+from kvpocket.model.state import Layout
 from kvpocket.verify.interrupts import stop_if_interrupted
 from kvpocket.verify.presets import PRESETS, decode_config
+from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
+from kvpocket.verify.proofs.obligations import prove_config
+from kvpocket.verify.proofs.prove import PROVE_CONFIGS, UNSAFE_DEPTH
+from kvpocket.verify.proofs.symbolic_bmc import bmc
 from kvpocket.verify.quality.patches import switched_on
+from kvpocket.verify.traces.trace import read_trace
 
 # Campaign configurations: the presets, plus one with room for a full pocket (3+ stale
 # blocks at once), which the presets' small GPU pools never reach.
@@ -55,8 +66,6 @@ DETECTORS = ("invariant", "divergence", "crash", "data oracle", "attention", "z3
 
 def torch_available() -> bool:
     """The attention detector needs torch, an optional extra."""
-    import importlib.util
-
     try:
         return importlib.util.find_spec("torch") is not None
     except (ImportError, ValueError):
@@ -238,8 +247,6 @@ def lockstep_campaign(cfg: KVConfig, config_name: str, budget_s: float, examples
     """The `ci` campaign on `cfg` with whatever mutants are switched on (in this process)."""
     from kvpocket.verify.conformance.fuzz import CampaignSpec, run_worker
     from kvpocket.verify.conformance.replay import replay
-    from kvpocket.verify.traces.trace import read_trace
-
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
     spec = CampaignSpec(config_name, cfg, profile="ci", examples=examples, out_dir=out)
     t0 = time.monotonic()
@@ -312,12 +319,7 @@ def attention_scenario(cfg: KVConfig, steps: int = 24, head_dim: int = 4) -> boo
     """Two decoding sequences under eviction pressure, suspend and resume; paged SWA
     attention through the page table must equal dense attention at every step.
     True when a mismatch (or a crash while reading the table) is seen."""
-    import numpy as np
     import torch
-
-    from kvpocket.impl import KVCacheManager
-    from kvpocket.impl.attention import AttentionOracle
-    from kvpocket.model.config import SeqStatus
 
     t = cfg.tokens_per_block
     mgr = KVCacheManager(cfg, slot_elems=2 * t * head_dim, dtype=np.float32)
@@ -360,12 +362,6 @@ def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
     BMC from Init (every invariant, so an API-layer definition is checked too), then
     page-level Z3 BMC in the remaining budget. Statuses: proved / violated / unknown
     (timeout)."""
-    from kvpocket.model.state import Layout
-    from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
-    from kvpocket.verify.proofs.obligations import prove_config
-    from kvpocket.verify.proofs.prove import PROVE_CONFIGS, UNSAFE_DEPTH
-    from kvpocket.verify.proofs.symbolic_bmc import bmc
-
     t0 = time.monotonic()
     cfg = PROVE_CONFIGS[m.prove_config].config.with_pocket(True, PocketPolicy.parse(m.policy))
     lay = Layout(cfg)
@@ -434,10 +430,6 @@ def run_mutant(m: Mutant, budget_s: float = 60.0, attention: bool = True,
 
 
 def _induction_only(m: Mutant) -> dict[str, str]:
-    from kvpocket.model.state import Layout
-    from kvpocket.verify.proofs.obligations import prove_config
-    from kvpocket.verify.proofs.prove import PROVE_CONFIGS
-
     if not m.actions:
         return {"induction": "n/a (API-layer definition)"}
     cfg = PROVE_CONFIGS[m.prove_config].config.with_pocket(True, PocketPolicy.parse(m.policy))

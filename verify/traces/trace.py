@@ -44,7 +44,8 @@ from kvpocket.model.api import API
 from kvpocket.model.config import ConfigError, KVConfig
 from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
-from kvpocket.verify.traces.alphabet import check_params
+from kvpocket.model.pages import PAGE_ACTIONS
+from kvpocket.verify.traces.alphabet import check_params, trace_params
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
@@ -519,8 +520,6 @@ MAX_COMMIT_COUNT = 10_000  # the lockstep's out-of-range commit count
 
 def _check_sizes(action: str, params: dict[str, Any], bounds: dict[str, tuple[int, int]],
                  where: str) -> None:
-    from kvpocket.verify.traces.alphabet import trace_params
-
     for p in trace_params(action):
         lo_hi = bounds.get(p.kind)
         v = params[p.name]
@@ -533,8 +532,6 @@ def _check_page_step(action: object, params: dict[str, Any], cfg: KVConfig, wher
                      ) -> None:
     """A page-layer step: a page action of the model, its parameters by name, each an
     int in the parameter's domain for the header's configuration."""
-    from kvpocket.model.pages import PAGE_ACTIONS
-
     if not isinstance(action, str) or action not in PAGE_ACTIONS:
         raise TraceError(f"{where}: unknown page action {action!r}; expected one of "
                          + ", ".join(PAGE_ACTIONS))
