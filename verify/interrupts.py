@@ -76,6 +76,7 @@ def _wake_z3(read_fd: int) -> None:
 
 def z3_leaves_ctrl_c_to_us() -> None:
     """Turn off Z3's own Ctrl-C handler (call before the first check): see above."""
+    # z3 only when a Z3 run starts: campaigns set up Ctrl-C handling through this module too
     import z3
 
     z3.set_param("ctrl_c", False)

@@ -114,6 +114,7 @@ def check_outputs(files: Sequence[tuple[str, str | None]],
 def use_hypothesis_home(folder: str | Path) -> Path:
     """Hypothesis keeps its own files in `.hypothesis/`; put them under `folder` (for this
     process and the worker processes it starts) instead of the current directory."""
+    # Hypothesis (about a second to import) only when it runs: `kvpocket --help` imports this module
     from hypothesis.configuration import set_hypothesis_home_dir
 
     home = Path(folder) / ".hypothesis"

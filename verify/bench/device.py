@@ -42,6 +42,7 @@ def _plain_copies(backend: str, gpu: Any, host: Any, reps: int) -> dict[str, flo
     one synchronize)."""
     fns: dict[str, Callable[[], None]]
     if backend == "cupy":
+        # optional: CuPy exists only on a GPU machine
         import cupy
 
         stream = cupy.cuda.Stream(non_blocking=True)

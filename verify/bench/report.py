@@ -18,6 +18,7 @@ def _fmt(v: Any, nd: int = 2) -> str:
 
 
 def print_result(res: BenchResult) -> None:
+    # rich only when a table is printed (`kvpocket --help` imports this module)
     from rich.console import Console
     from rich.table import Table
 

@@ -204,6 +204,7 @@ def run_bench(args: argparse.Namespace) -> int:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         res = run_suite(suite, backend, out_dir, log)
     if args.plots and not res.interrupted:
+        # matplotlib: optional (kvpocket[plots]) and seconds to import
         from kvpocket.verify.bench.plots import write_plots
 
         res.plots = write_plots(res.to_json(), args.plots)

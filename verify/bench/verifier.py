@@ -33,6 +33,7 @@ def _quiet() -> contextlib.ExitStack:
 
 
 def bench_fuzz(suite: Suite, out_dir: str) -> list[dict[str, Any]]:
+    # Hypothesis (about a second to import) only when it runs: `kvpocket --help` imports this module
     from kvpocket.verify.conformance.fuzz import CampaignSpec, run_campaign
     rows = []
     workers = [1] + ([os.cpu_count() or 1] if suite.fuzz_all_cores else [])
@@ -58,6 +59,7 @@ def bench_fuzz(suite: Suite, out_dir: str) -> list[dict[str, Any]]:
 def _campaign_pool(spec: Any, workers: int) -> Any:
     """`workers` spawned processes running `fuzz.run_worker`, merged (as `run_campaign`
     does, without its shared progress counter)."""
+    # Hypothesis (about a second to import) only when it runs: `kvpocket --help` imports this module
     from kvpocket.verify.conformance.fuzz import CampaignSpec, merge, run_worker
 
     per = None if spec.examples is None else max(1, spec.examples // workers)

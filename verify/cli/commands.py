@@ -100,6 +100,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.cli.render import print_spec
 
     print_spec(data)
@@ -143,6 +144,7 @@ def check_database(spec: str | None) -> None:
         check_output_dir("--database", spec)
         return
     try:
+        # optional: the redis package, for a redis:// database only
         import redis
     except ImportError:
         raise CliError("argument --database: a redis:// database needs the redis package "
@@ -211,6 +213,7 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
 
 
 def _list_configs() -> None:
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX
 
     for p in PRESETS.values():
@@ -241,11 +244,13 @@ def seeded_bugs(where: str, names: Sequence[str], how: str) -> AbstractContextMa
 
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.cli.render import print_campaign
     from kvpocket.verify.conformance.fuzz import CampaignSpec, CampaignUsageError, run_campaign, write_json
     from kvpocket.verify.conformance.profiles import PROFILES
 
     if args.target is not None or args.replay is not None:
+        # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
         from kvpocket.verify.targets.cli import run_target_fuzz
 
         if args.target is None:
@@ -314,6 +319,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: int) -> int:
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.cli.render import print_matrix
     from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX, run_matrix, write_matrix_json
 
@@ -346,6 +352,7 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace on the implementation and the model; print the first divergence."""
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.conformance.replay import recorded_overrides, replay
     if args.backend not in (None, "numpy", "cupy"):
         raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
@@ -448,6 +455,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _trace_check(args: argparse.Namespace) -> int:
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.cli.render import Ticker
     cfg_override = config_from_args(args.config, None) if args.config else None
     policy = PocketPolicy.parse(args.policy, "--policy") if args.policy is not None else None
@@ -494,6 +502,7 @@ def _mutants_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     """Seeded bugs: run the campaigns against each mutant and print the kill matrix."""
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.conformance.matrix import DEFAULT_EXAMPLES
     check_float("--budget", args.budget, 0, MAX_BUDGET_S, "seconds")
     check_int("--examples", args.examples, 0, MAX_EXAMPLES)

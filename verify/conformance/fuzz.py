@@ -66,6 +66,7 @@ def open_database(spec: str | None, namespace: str = "") -> ExampleDatabase | No
     if not spec:
         return None
     if spec.startswith("redis://"):
+        # optional: the redis package, for a redis:// database only
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
 

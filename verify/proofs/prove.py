@@ -171,6 +171,7 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
     `depth` None: DEFAULT_DEPTH (the unsafe counterexample's depth), or SYMBOLIC_DEPTH
     when the symbolic engine runs under the safe policies.
     """
+    # rich only when a table is printed (`kvpocket --help` imports this module)
     from rich.console import Console
 
     console = Console(highlight=False)
@@ -190,6 +191,7 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
     names = [custom.name] if custom else [config_name] if config_name else list(DEFAULT_MATRIX)
     policies = [policy] if policy else list(DEFAULT_POLICIES)
     if parametric:  # every size: one cell per configuration shape and policy
+        # the parametric engine only for --parametric (`kvpocket --help` imports this module)
         from kvpocket.verify.proofs.parametric import run_parametric
 
         return run_parametric([(f"{n}/{pol}", known[n].config.with_pocket(True, pol))
@@ -279,6 +281,7 @@ def summarize(rows: list[Row]) -> dict[str, dict[str, Any]]:
 
 def print_summary(console: Any, summary: dict[str, dict[str, Any]], total: float,
                   interrupted: bool = False) -> None:
+    # rich only when a table is printed (`kvpocket --help` imports this module)
     from rich.table import Table
 
     proved = sum(c[PROVED] for c in summary.values())
@@ -301,6 +304,7 @@ def print_summary(console: Any, summary: dict[str, dict[str, Any]], total: float
 
 
 def print_rows(console: Any, rows: list[Row]) -> None:
+    # rich only when a table is printed (`kvpocket --help` imports this module)
     from rich.markup import escape
     from rich.table import Table
 

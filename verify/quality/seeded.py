@@ -245,6 +245,7 @@ class CampaignOutcome:
 def lockstep_campaign(cfg: KVConfig, config_name: str, budget_s: float, examples: int = 60,
                       out_dir: str | None = None) -> CampaignOutcome:
     """The `ci` campaign on `cfg` with whatever mutants are switched on (in this process)."""
+    # Hypothesis (about a second to import) only when it runs: `kvpocket --help` imports this module
     from kvpocket.verify.conformance.fuzz import CampaignSpec, run_worker
     from kvpocket.verify.conformance.replay import replay
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
@@ -285,6 +286,7 @@ def default_campaign(budget_s: float, seed: int = 0, workers: int = 1,
     `examples`, it stops on that example budget instead of `budget_s` (the same run, and
     the same verdict, on any machine); `examples` of a kill is then the examples run up to
     the failing one, in the campaign's planned order."""
+    # Hypothesis (about a second to import) only when it runs: `kvpocket --help` imports this module
     from kvpocket.verify.conformance.matrix import run_matrix
 
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
@@ -319,6 +321,7 @@ def attention_scenario(cfg: KVConfig, steps: int = 24, head_dim: int = 4) -> boo
     """Two decoding sequences under eviction pressure, suspend and resume; paged SWA
     attention through the page table must equal dense attention at every step.
     True when a mismatch (or a crash while reading the table) is seen."""
+    # optional: torch (kvpocket[torch]); the detector is skipped without it
     import torch
 
     t = cfg.tokens_per_block

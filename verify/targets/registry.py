@@ -8,6 +8,7 @@ from kvpocket.verify.targets.base import Target
 
 
 def _vllm() -> Target:
+    # a target's adapter is imported only when that target is named: it imports its engine
     from kvpocket.verify.targets.vllm import VllmTarget
 
     return VllmTarget()
