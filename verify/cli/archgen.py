@@ -3,8 +3,9 @@ one lockstep step and one BMC step make, read off the code rather than written b
 
 * `sizes`: code lines (non-blank, not comments, not docstrings) per package, counted
   from the source files.
-* `package-graph`: which packages import which (parsed with `ast`, runtime and
-  type-checking imports alike), as a mermaid flowchart.
+* `package-graph`: the layers of `verify/layers.py` and which unit imports which (parsed
+  with `ast`: module level, type-checking and function-local imports alike), as a mermaid
+  flowchart.
 * `lockstep-step` and `bmc-step`: a mermaid sequence diagram of the first call from one
   module to another during one `Lockstep.step("resize", ...)` on the `tiny` preset and
   during one API step of BMC from Init, recorded with `sys.setprofile`. When the code's
@@ -23,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from kvpocket.model.state import Layout
+from kvpocket.verify import layers
 from kvpocket.verify.conformance.lockstep import Lockstep
 from kvpocket.verify.presets import preset
 from kvpocket.verify.proofs.prove import PROVE_CONFIGS
@@ -76,54 +78,24 @@ def sizes() -> str:
 
 
 # ---- the package graph ----------------------------------------------------------------------
-def _imports(path: Path) -> set[str]:
-    """The `kvpocket` packages a file imports (absolute or relative)."""
-    own = package_of(path).split(".")
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = own[: len(own) - node.level + 1]
-                names = [".".join([*base, *(node.module or "").split(".")]).strip(".")]
-            else:
-                names = [node.module or ""]
-        for name in names:
-            parts = name.removeprefix("kvpocket.").split(".") if name.startswith(("kvpocket.",)) \
-                else name.split(".")
-            relative = isinstance(node, ast.ImportFrom) and node.level > 0
-            if parts[0] in TOPS and (name.startswith("kvpocket.") or relative):
-                out.add(_package_name(parts))
-    return out
-
-
-def _package_name(parts: list[str]) -> str:
-    """The package a dotted module path belongs to (a module's parent, or itself)."""
-    for cut in range(len(parts), 0, -1):
-        if (ROOT.joinpath(*parts[:cut]) / "__init__.py").is_file():
-            return ".".join(parts[:cut])
-    return parts[0]
-
-
 def package_graph() -> str:
-    edges: set[tuple[str, str]] = set()
-    packages: set[str] = set()
-    for top in TOPS:
-        for path in (ROOT / top).rglob("*.py"):
-            src = package_of(path)
-            packages.add(src)
-            edges.update((src, dst) for dst in _imports(path) if dst != src)
-    ident = {p: p.replace(".", "_") for p in packages}
-    lines = ["```mermaid", "flowchart TD"]
-    for top in TOPS:
-        members = sorted(p for p in packages if p.split(".")[0] == top)
-        lines.append(f"    subgraph {top}_pkgs[\"{top}/\"]")
-        lines += [f"        {ident[p]}[\"{p}\"]" for p in members]
+    """The units of `verify/layers.py: LAYERS`, one box per layer from the bottom up, and an
+    arrow wherever a module of one unit imports a module of another (module level,
+    `TYPE_CHECKING` and inside functions alike)."""
+    found = layers.imports(ROOT)
+    edges = layers.unit_edges(found)
+    lines = ["```mermaid", "flowchart BT"]
+    for n, level in enumerate(layers.LAYERS):
+        lines.append(f"    subgraph layer{n}[\"layer {n}\"]")
+        lines += [f"        {u.replace('.', '_')}[\"{u}\"]" for u in level]
         lines.append("    end")
-    lines += [f"    {ident[a]} --> {ident[b]}" for a, b in sorted(edges)]
+    lines += [f"    {a.replace('.', '_')} --> {b.replace('.', '_')}" for a, b in sorted(edges)]
     lines.append("```")
+    order = " < ".join(", ".join(f"`{u}`" for u in level) for level in layers.LAYERS)
+    bad = len(layers.layer_violations(found))
+    lines += ["", f"Layers, bottom first (peers, separated by commas, import nothing of each "
+              f"other): {order}. {len(edges)} edges between units; {bad} imports go up or "
+              "sideways."]
     return "\n".join(lines)
 
 
