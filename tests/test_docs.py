@@ -3,10 +3,13 @@ command, invariant and page action is mentioned."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from kvpocket.model.errors import UnknownSequenceError
+from kvpocket.model.executor import Executor
 from kvpocket.model.invariants import INVARIANTS
 from kvpocket.model.pages import PAGE_ACTIONS
 from kvpocket.verify.cli.commands import COMMANDS
@@ -94,3 +97,83 @@ def test_adapter_guide_names_every_event_action() -> None:
             assert f"`{param}`" in guide
     for kind in (*CHOICE_KINDS, *OBSERVED_KEYS):
         assert f"`{kind}`" in guide
+
+
+# ---- docs/architecture.md: the claims a test can check ------------------------------------
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def _prose(path: Path) -> str:
+    """A doc without its generated sections."""
+    return re.sub(r"<!-- BEGIN GENERATED.*?END GENERATED: [\w-]+ -->", "", path.read_text(),
+                  flags=re.S)
+
+
+def test_architecture_names_only_files_and_definitions_that_exist() -> None:
+    """`dir/file.py: name, other` and `model.x` references: the file or module exists and
+    defines each name (a def, class or assignment, or an action-table key)."""
+    text = _prose(ARCHITECTURE)
+    missing: list[str] = []
+    refs = re.findall(r"`((?:model|impl|verify|tests|docs|scripts)/[\w/.-]*\.(?:py|md|json|sh))"
+                      r"(?:(?::: ?|: )([^`]+))?`", text)
+    assert len(refs) > 40
+    for path, names in refs:
+        if not (ROOT / path).exists():
+            missing.append(path)
+            continue
+        source = (ROOT / path).read_text()
+        for name in filter(None, re.split(r"[,/ ]+", names)):
+            name = name.split(".")[-1]
+            if not re.search(rf"(def|class) {name}\b|^\s*{name}\s*[:=]|\b{name} = |\"{name}\"",
+                             source, re.M):
+                missing.append(f"{path}: {name}")
+    for module in re.findall(r"`((?:model|impl|verify)(?:\.\w+)+)`", text):
+        base = ROOT.joinpath(*module.split("."))
+        if not (base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()):
+            missing.append(module)
+    assert not missing, "docs/architecture.md names what does not exist: " + ", ".join(missing)
+
+
+def test_architecture_names_what_impl_reads_of_the_model() -> None:
+    from kvpocket.verify import layers
+
+    found = layers.imports()
+    assert not {i.target for i in found if i.module.split(".")[0] == "model"
+                and i.target.split(".")[0] in ("impl", "verify")}
+    reads = {i.target for i in found if i.module.split(".")[0] == "impl"
+             and i.target.split(".")[0] == "model"}
+    section = _prose(ARCHITECTURE).split("## Packages and layers", 1)[1].strip().split("\n\n")[0]
+    named = set(re.findall(r"`(model\.\w+)`", section))
+    assert reads == named, f"impl/ reads {sorted(reads)}; the page says {sorted(named)}"
+
+
+def _toy_flush(ex: Executor, seq: int) -> None:
+    """A toy API action: the sequence must exist; nothing changes."""
+    ex.require(0 <= seq < ex.lay.seqs, UnknownSequenceError(f"toy_flush: no sequence {seq}"))
+
+
+def test_adding_an_action_touches_the_files_named_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a toy action in the table, the docs that go stale are among those the page says
+    to regenerate, and the files it says to edit by hand are the table's, the
+    implementation handle's and the adapter guide, whose check the toy fails."""
+    from kvpocket.impl.kvcache import KVCache
+    from kvpocket.model import api
+    from kvpocket.verify.traces.trace import event_params
+
+    line = next(x for x in ARCHITECTURE.read_text().splitlines()
+                if x.startswith("Files an action touches:"))
+    by_hand_part, regenerated_part = line.split(";")
+    by_hand = set(re.findall(r"`([\w/.-]+)`", by_hand_part))
+    regenerated = set(re.findall(r"`([\w/.-]+)`", regenerated_part))
+    assert len(by_hand) == 3 and len(regenerated) == 2
+    toy = api.ApiAction("toy_flush", "api", (api.Param("seq", "seq"),), _toy_flush, False,
+                        ("unknown_sequence",), "the sequence exists")
+    monkeypatch.setitem(api.API, "toy_flush", toy)
+    # architecture.md regenerates after any code edit (its sizes); the others only if stale.
+    stale = {f"docs/{p.name}" for p in DOCS
+             if p != ARCHITECTURE and render(p.read_text()) != p.read_text()}
+    assert "docs/spec.md" in stale and stale | {"docs/architecture.md"} == regenerated
+    assert "toy_flush" in event_params()
+    assert "| `toy_flush` |" not in (ROOT / "docs" / "adapter-guide.md").read_text()
+    assert by_hand == {m.removeprefix("kvpocket.").replace(".", "/") + ".py"
+                       for m in (api.__name__, KVCache.__module__)} | {"docs/adapter-guide.md"}
