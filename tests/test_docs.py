@@ -177,3 +177,22 @@ def test_adding_an_action_touches_the_files_named_here(monkeypatch: pytest.Monke
     assert "| `toy_flush` |" not in (ROOT / "docs" / "adapter-guide.md").read_text()
     assert by_hand == {m.removeprefix("kvpocket.").replace(".", "/") + ".py"
                        for m in (api.__name__, KVCache.__module__)} | {"docs/adapter-guide.md"}
+
+
+def test_architecture_lists_impl_modules_bottom_up() -> None:
+    """The "impl/ layering" paragraph names every impl/ module, and none imports one the
+    paragraph names later."""
+    from kvpocket.verify import layers
+
+    section = _prose(ARCHITECTURE).split("## impl/ layering", 1)[1].split("\n## ", 1)[0]
+    order = [n.rstrip("/") for n in re.findall(r"`([\w/]+)`", section.split("From the bottom:")[1])
+             if (ROOT / "impl" / f"{n.rstrip('/')}.py").is_file()
+             or (ROOT / "impl" / n.rstrip("/") / "__init__.py").is_file()]
+    modules = {m.split(".")[1] for m in layers.modules() if m.count(".") >= 1
+               and m.split(".")[0] == "impl"}
+    assert sorted(order) == sorted(modules)
+    upward = [f"{i.module} -> {i.target}" for i in layers.imports()
+              if i.module.count(".") and i.target.count(".") and i.module.split(".")[0] == "impl"
+              and i.target.split(".")[0] == "impl" and i.module.split(".")[1] != i.target.split(".")[1]
+              and order.index(i.target.split(".")[1]) > order.index(i.module.split(".")[1])]
+    assert not upward, upward
