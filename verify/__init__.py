@@ -7,7 +7,11 @@
 * `quality`      seeded bugs (mutants, the bug zoo) and the mutation-testing probe.
 * `bench`        `kvpocket bench`: decode A/B, verifier speed, device throughput.
 * `cli`          the `kvpocket` command line and the generated docs.
-* `presets`      the named configurations every engine shares.
+* `targets`      real engines' managers (vLLM) under the same checks.
+* `presets`      the named configurations every engine shares; beside it, below every
+                 engine: `patching`, `interrupts`, `usage`, `terminal`, `layers`.
+
+`layers.LAYERS` is the import order of these units, checked by a test.
 
 Subpackage `__init__`s re-export each engine's public names, never a function named like
 its module (`proofs.explicit_bmc` stays the module; the function is
