@@ -43,7 +43,7 @@ class ZooBug:
     switch: str  # "impl/<file>.py <Class.function>": the function(s) its patch edits
     counterpart: str  # "direct" or "closest: <why>"
     data: bool = False  # corrupts KV data (the data oracle is the intended detector)
-    preset: str = "tiny"  # where it is reachable (a `verify.mutants.CONFIGS` name)
+    preset: str = "tiny"  # where it is reachable (a `quality.seeded.CONFIGS` name)
     policy: str = "revalidate"
 
     def config(self) -> KVConfig:
