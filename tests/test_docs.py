@@ -3,6 +3,7 @@ command, invariant and page action is mentioned."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -12,8 +13,10 @@ from kvpocket.model.errors import UnknownSequenceError
 from kvpocket.model.executor import Executor
 from kvpocket.model.invariants import INVARIANTS
 from kvpocket.model.pages import PAGE_ACTIONS
+from kvpocket.verify import layers
 from kvpocket.verify.cli.commands import COMMANDS
 from kvpocket.verify.cli.docgen import render
+from kvpocket.verify.layers import Import
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -103,6 +106,11 @@ def test_adapter_guide_names_every_event_action() -> None:
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
+@functools.cache
+def _imports() -> list[Import]:
+    return layers.imports()
+
+
 def _prose(path: Path) -> str:
     """A doc without its generated sections."""
     return re.sub(r"<!-- BEGIN GENERATED.*?END GENERATED: [\w-]+ -->", "", path.read_text(),
@@ -135,9 +143,7 @@ def test_architecture_names_only_files_and_definitions_that_exist() -> None:
 
 
 def test_architecture_names_what_impl_reads_of_the_model() -> None:
-    from kvpocket.verify import layers
-
-    found = layers.imports()
+    found = _imports()
     assert not {i.target for i in found if i.module.split(".")[0] == "model"
                 and i.target.split(".")[0] in ("impl", "verify")}
     reads = {i.target for i in found if i.module.split(".")[0] == "impl"
@@ -182,8 +188,6 @@ def test_adding_an_action_touches_the_files_named_here(monkeypatch: pytest.Monke
 def test_architecture_lists_impl_modules_bottom_up() -> None:
     """The "impl/ layering" paragraph names every impl/ module, and none imports one the
     paragraph names later."""
-    from kvpocket.verify import layers
-
     section = _prose(ARCHITECTURE).split("## impl/ layering", 1)[1].split("\n## ", 1)[0]
     order = [n.rstrip("/") for n in re.findall(r"`([\w/]+)`", section.split("From the bottom:")[1])
              if (ROOT / "impl" / f"{n.rstrip('/')}.py").is_file()
@@ -191,7 +195,7 @@ def test_architecture_lists_impl_modules_bottom_up() -> None:
     modules = {m.split(".")[1] for m in layers.modules() if m.count(".") >= 1
                and m.split(".")[0] == "impl"}
     assert sorted(order) == sorted(modules)
-    upward = [f"{i.module} -> {i.target}" for i in layers.imports()
+    upward = [f"{i.module} -> {i.target}" for i in _imports()
               if i.module.count(".") and i.target.count(".") and i.module.split(".")[0] == "impl"
               and i.target.split(".")[0] == "impl" and i.module.split(".")[1] != i.target.split(".")[1]
               and order.index(i.target.split(".")[1]) > order.index(i.module.split(".")[1])]
