@@ -559,3 +559,14 @@ def test_the_old_mutant_variable_is_refused_not_ignored(
     out, err = capsys.readouterr()
     assert not out and err.count("\n") == 1
     assert "KVPOCKET_MUTANT" in err and "--mutant" in err
+
+
+def test_a_spec_override_left_in_the_environment_is_refused(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variable is read at import and changes the spec: a campaign run with it set
+    would check a mutant spec and call the result clean."""
+    monkeypatch.setenv("KVPOCKET_MODEL_OVERRIDES", '{"pocket-holds": ["always", true]}')
+    assert main(["fuzz", "--total-examples", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1
+    assert "KVPOCKET_MODEL_OVERRIDES" in err and "kvpocket mutants" in err

@@ -27,6 +27,7 @@ from kvpocket.verify.conformance.replay import replay
 from kvpocket.verify.patching import PatchError, SeededBug, SourceEdit, patched
 from kvpocket.verify.presets import PRESETS
 from kvpocket.verify.quality.patches import BUGS, switched_on
+from kvpocket.verify.quality.reach import REACH_BUGS
 from kvpocket.verify.quality.seeded import MUTANTS
 from kvpocket.verify.quality.zoo import ZOO
 from kvpocket.verify.traces.trace import Trace, TraceError, TraceStep
@@ -44,7 +45,7 @@ def test_impl_has_no_mutant_code() -> None:
 
 
 def test_every_bug_has_a_patch_and_every_patch_a_bug() -> None:
-    impl_bugs = {m.name for m in MUTANTS.values() if m.layer == "impl"} | set(ZOO)
+    impl_bugs = {m.name for m in MUTANTS.values() if m.layer == "impl"} | set(ZOO) | set(REACH_BUGS)
     assert set(BUGS) == impl_bugs
     for name, bug in BUGS.items():
         assert bug.name == name and bug.edits

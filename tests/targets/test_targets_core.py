@@ -79,3 +79,15 @@ def test_without_vllm_the_target_says_what_to_install(capsys: pytest.CaptureFixt
     assert main(["fuzz", "--target", "vllm", "--examples", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install 'kvpocket[vllm]'" in err[0] and "scripts/vllm.sh" in err[0]
+
+
+def test_a_targets_presets_are_listed_without_the_engine(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from kvpocket.verify.targets.vllm import PRESETS
+
+    assert main(["fuzz", "--target", "vllm", "--list-configs"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == list(PRESETS)
+    assert main(["fuzz", "--target", "nope", "--list-configs"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and "argument --target" in err and "vllm" in err

@@ -26,6 +26,7 @@ from typing import Any
 from kvpocket.impl.backend import gpu_available
 from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy
 from kvpocket.model.errors import UsageError
+from kvpocket.model.overrides import ENV as OVERRIDES_ENV
 from kvpocket.model.overrides import overriding
 from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify import patching
@@ -200,7 +201,8 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
                    help="matrix: keep fuzzing the other cells after a failure")
     p.add_argument("--verbose", action="store_true", help="matrix: also the rare-state table")
     p.add_argument("--list-configs", action="store_true",
-                   help="list the preset configurations and the default matrix")
+                   help="list the preset configurations and the default matrix (with --target: "
+                   "that engine's presets)")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
     p.add_argument("--mutant", metavar="NAME", default=None,
                    help="switch one seeded implementation bug on (`kvpocket mutants --list`, "
@@ -212,15 +214,27 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
                    help="with --target: replay a reproducer a target campaign wrote")
 
 
-def _list_configs() -> None:
+def _list_configs(target_name: str | None) -> None:
     # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX
+    from kvpocket.verify.targets.registry import TARGETS, load_target
 
+    if target_name is not None:  # a target's presets are its own (no engine needed to list them)
+        try:
+            target = load_target(target_name)
+        except KeyError:
+            raise CliError(f"argument --target: unknown target {target_name!r}; expected "
+                           f"one of {', '.join(TARGETS)}") from None
+        for name, tc in target.presets().items():
+            print(f"{name:14} {tc.description}")
+        return
     for p in PRESETS.values():
         print(f"{p.name:12} {p.description}")
     print("\ndefault matrix (`kvpocket fuzz` with no --config):")
     for c in DEFAULT_MATRIX:
         print(f"  {c.name:24} {c.reaches}")
+    print(f"\nreal engines' presets: `kvpocket fuzz --target {{{','.join(TARGETS)}}} "
+          "--list-configs`")
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
@@ -578,6 +592,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CliError(f"environment variable {MUTANT_ENV} is no longer read (impl/ has "
                            "no switches); unset it, and switch a seeded bug on with "
                            "`kvpocket fuzz --mutant NAME` (`kvpocket mutants --list`)")
+        if os.environ.get(OVERRIDES_ENV) is not None:  # read at import: the spec is already changed
+            raise CliError(f"environment variable {OVERRIDES_ENV} is set: it overrides conditions "
+                           "of the spec (kvpocket sets it only for its own worker processes); "
+                           "unset it, or run spec mutants with `kvpocket mutants`")
         with interrupt_scope():
             code = _run(parser, argv)
             if was_interrupted() and code != EXIT_INTERRUPTED:  # a stop is never a verdict
@@ -607,7 +625,7 @@ def _run(parser: argparse.ArgumentParser, argv: list[str]) -> int:
     args = parser.parse_args(argv)
     _refuse_empty_values(parser, args)
     if getattr(args, "list_configs", False):
-        _list_configs()
+        _list_configs(getattr(args, "target", None))
         return EXIT_OK
     if args.command is None:
         parser.print_help()

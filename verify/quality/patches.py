@@ -187,6 +187,22 @@ BUGS: dict[str, SeededBug] = {b.name: b for b in (
         "                    targets.append((i, b, page))\n"
         "                else:\n"
         "                    self._set_index(i, b, page.slot, op)\n")),
+    # ---- bugs the preset matrix could not reach (verify/quality/reach.py: REACH_BUGS) ----
+    _bug("two-windows-fast-path", edit(  # the bound reads the first sliding window only
+        "kvpocket.impl.kvcache:_next_stale_change",
+        "    for lc in lcs:\n",
+        "    for lc in [x for x in lcs if x.window is not None][:1]:\n")),
+    _bug("resume-forgets-sinks", edit(  # the window decided without the sink tokens
+        KVCACHE + "_resume",
+        "s, e = stale_range(lc, self.history, self._t)",
+        "s, e = stale_range(__import__('dataclasses').replace(lc, sink_tokens=0), "
+        "self.history, self._t)")),
+    _bug("eventlog-failed-resize-true", edit(  # a rolled-back resize logged as a success
+        "kvpocket.impl.eventlog:EventLog.write",
+        "        line = json.dumps(obj, separators=(\",\", \":\"))\n",
+        "        if obj.get(\"action\") == \"resize\" and obj.get(\"result\") is False:\n"
+        "            obj = {**obj, \"result\": True}\n"
+        "        line = json.dumps(obj, separators=(\",\", \":\"))\n")),
 )}
 
 
