@@ -37,6 +37,29 @@ def early_free_target() -> Any:
     return VllmTarget(swa_manager_class=EarlyFreeSlidingWindowManager)
 
 
+def realign_target() -> Any:
+    """vLLM 0.19.1's bug re-created in a subclass of the pinned SlidingWindowManager (the
+    installed package is untouched): an EAGLE hit of groups with different block sizes
+    loses one more aligned unit after the drop, so the window before the first query is
+    left to null blocks."""
+    from kvpocket.verify.targets.vllm import VllmTarget, api
+
+    base = api().single.SlidingWindowManager
+
+    class RealignSlidingWindowManager(base):  # type: ignore[misc, valid-type]
+        @classmethod
+        def find_longest_cache_hit(cls, **kwargs: Any) -> Any:
+            blocks, length = super().find_longest_cache_hit(**kwargs)
+            bs, align = kwargs["kv_cache_spec"].block_size, kwargs["alignment_tokens"]
+            if kwargs["drop_eagle_block"] and bs != align and length >= 2 * align:
+                length -= align
+                for group_blocks in blocks:
+                    del group_blocks[length // bs:]
+            return blocks, length
+
+    return VllmTarget(swa_manager_class=RealignSlidingWindowManager)
+
+
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_the_pinned_version_passes_every_check(preset: str) -> None:
     from kvpocket.verify.targets.vllm import VllmTarget
@@ -96,6 +119,15 @@ def test_the_trace_that_broke_0_19_1_reaches_an_eagle_hit_on_a_mixed_pool() -> N
            Op("preempt", (0,)), Op("schedule", (0, 1, 1))]
     reached = run_ops(VllmTarget(), PRESETS["mixed-eagle"], ops)
     assert reached["prefix_hit"] == 1 and reached["preempted"] == 1
+
+
+def test_an_eagle_hit_that_loses_its_window_on_a_mixed_pool_is_found() -> None:
+    report = run_campaign(realign_target(), PRESETS["mixed-eagle"], examples=300,
+                          campaign_seed=3)
+    f = report.failure
+    assert f is not None and f.check == "data", report.coverage
+    assert "null block" in f.message and "group 1" in f.message
+    assert any(op.kind == "preempt" for op in f.ops) and len(f.ops) <= 8, [str(op) for op in f.ops]
 
 
 def test_the_cli_runs_the_campaign_and_writes_json(tmp_path: Path,

@@ -177,6 +177,12 @@ class VllmInstance:
             for m in self.pool.managers:
                 if isinstance(m, a.single.SlidingWindowManager):
                     m.__class__ = swa_manager_class
+            # The hybrid coordinator looks hits up through the classes it recorded when it
+            # was built (a named tuple per attention type, since about 0.20).
+            groups: Any = getattr(getattr(self.mgr, "coordinator", None), "attention_groups", [])
+            for k, group in enumerate(groups):
+                if hasattr(group, "_replace") and group.manager_cls is a.single.SlidingWindowManager:
+                    groups[k] = group._replace(manager_cls=swa_manager_class)
         self.events = EventLogWriter(cfg, self.pool, f"vllm {vllm_version()}")
         self.trace_check = trace_check
         if cfg.mixed_block_sizes:  # the model has one block size: no mapping to it
