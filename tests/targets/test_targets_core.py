@@ -90,6 +90,12 @@ def test_a_reproducer_with_a_wrong_field_is_named(tmp_path: Path) -> None:
                                "config": {"name": "x"}, "ops": []}))
     with pytest.raises(ReproducerError, match="config"):
         read_reproducer(bad)
+    config = {"name": "m", "block_size": 2, "num_blocks": 8, "groups": ["full", "swa"],
+              "sliding_window": 4, "max_model_len": 12, "group_block_sizes": [3, 2]}
+    bad.write_text(json.dumps({"kvpocket_target_reproducer": 1, "target": "vllm",
+                               "config": config, "ops": []}))
+    with pytest.raises(ReproducerError, match="group_block_sizes"):
+        read_reproducer(bad)
     bad.write_text("[]")
     with pytest.raises(ReproducerError, match="kvpocket_target_reproducer"):
         read_reproducer(bad)
