@@ -35,6 +35,7 @@ cases=(
   "$pinned mixed-eagle clean"
   "0.19.1 mixed clean"
   "0.14.0 mixed-eagle found"
+  "0.14.0 mixed clean"
 )
 if [ $# -gt 0 ]; then
   cases=()
