@@ -21,12 +21,21 @@ py=${KVPOCKET_VLLM_VENV:-$HOME/.cache/kvpocket/vllm-$pinned}/bin/python
 root=$HOME/.cache/kvpocket/vllm-history
 examples=${KVPOCKET_HISTORY_EXAMPLES:-300}
 # version config expected: vLLM #17398 (EAGLE + sliding window: a prefix hit whose last
-# block EAGLE drops no longer covers the window) is in 0.8.5, fixed by 0.9.0.
+# block EAGLE drops no longer covers the window) is in 0.8.5, fixed by 0.9.0. The second
+# (EAGLE + sliding window + groups of different block sizes: 0.19.1 re-aligns the hit after
+# EAGLE's drop and loses a window block) is in 0.19.1, fixed by 0.20.0; 0.12.0 to 0.19.0
+# stop at an assertion on the same hit (the crash of vLLM #39528).
 cases=(
   "0.8.5 swa-eagle found"
   "0.10.1.1 swa-eagle clean"
   "$pinned swa-eagle clean"
   "0.8.5 swa clean"
+  "0.19.1 mixed-eagle found"
+  "0.20.0 mixed-eagle clean"
+  "$pinned mixed-eagle clean"
+  "0.19.1 mixed clean"
+  "0.14.0 mixed-eagle found"
+  "0.14.0 mixed clean"
 )
 if [ $# -gt 0 ]; then
   cases=()

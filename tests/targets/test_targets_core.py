@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 
 from kvpocket.verify.cli.commands import main
+from kvpocket.verify.targets.base import TargetConfig
 from kvpocket.verify.targets.campaign import ReproducerError, read_reproducer
 from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm import vllm_available
@@ -61,11 +62,39 @@ def test_the_stamp_array_finds_a_read_through_the_wrong_block() -> None:
     assert np.array_equal(arr.block_row(1), StampArray.stamp(np.array([5, 6]), 0))
 
 
+def test_groups_with_their_own_block_sizes_share_one_stamp_row_per_block() -> None:
+    arr = StampArray(num_blocks=4, block_size=4)  # the widest group's blocks
+    ids = [5, 6, 7, 8, 9, 10]
+    arr.write([1, 2], 0, 6, ids, group=0, block_size=4)  # tokens 4, 5 in block 2
+    arr.write([3, 2], 0, 4, ids, group=1, block_size=2)  # block 2 holds tokens 2, 3 now
+    assert arr.mismatches([3, 2], 0, 4, ids, 1, block_size=2) == []
+    # Group 1 overwrote the first half of block 2, which group 0 reads as its tokens 4, 5.
+    assert [pos for pos, *_ in arr.mismatches([1, 2], 0, 6, ids, 0, block_size=4)] == [4, 5]
+
+
+def test_a_config_with_group_block_sizes_round_trips_and_bad_sizes_are_named() -> None:
+    cfg = TargetConfig("m", block_size=2, num_blocks=8, groups=("full", "swa"),
+                       sliding_window=4, max_model_len=12, group_block_sizes=(4, 2))
+    assert TargetConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
+    assert [cfg.group_block_size(g) for g in (0, 1)] == [4, 2] and cfg.mixed_block_sizes
+    plain = TargetConfig("p", 2, 8, ("full",), 0, 12)
+    assert "group_block_sizes" not in plain.to_json() and plain.group_block_size(0) == 2
+    for sizes in ((4,), (3, 2), (0, 2)):
+        with pytest.raises(ValueError, match="group_block_sizes"):
+            TargetConfig("m", 2, 8, ("full", "swa"), 4, 12, group_block_sizes=sizes)
+
+
 def test_a_reproducer_with_a_wrong_field_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "r.json"
     bad.write_text(json.dumps({"kvpocket_target_reproducer": 1, "target": "vllm",
                                "config": {"name": "x"}, "ops": []}))
     with pytest.raises(ReproducerError, match="config"):
+        read_reproducer(bad)
+    config = {"name": "m", "block_size": 2, "num_blocks": 8, "groups": ["full", "swa"],
+              "sliding_window": 4, "max_model_len": 12, "group_block_sizes": [3, 2]}
+    bad.write_text(json.dumps({"kvpocket_target_reproducer": 1, "target": "vllm",
+                               "config": config, "ops": []}))
+    with pytest.raises(ReproducerError, match="group_block_sizes"):
         read_reproducer(bad)
     bad.write_text("[]")
     with pytest.raises(ReproducerError, match="kvpocket_target_reproducer"):

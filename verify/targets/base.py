@@ -34,7 +34,10 @@ class TargetConfig:
     """A small geometry every target understands: one pool of `num_blocks` blocks of
     `block_size` tokens (the engine's null block, if it has one, included), the attention
     kinds of its groups, the sliding window in tokens, the longest request, and whether
-    the engine runs with EAGLE (which changes how prefix hits end)."""
+    the engine runs with EAGLE (which changes how prefix hits end). `group_block_sizes`,
+    when given, is each group's own block size (vLLM's hybrid allocator with pages of
+    different sizes, e.g. Gemma 4's): each a multiple of `block_size`, which stays the
+    granularity prompts are hashed at."""
 
     name: str
     block_size: int
@@ -44,17 +47,41 @@ class TargetConfig:
     max_model_len: int
     eagle: bool = False  # the engine keeps room for EAGLE speculative decoding
     description: str = field(default="", compare=False)
+    group_block_sizes: tuple[int, ...] = ()  # empty: every group's blocks are `block_size`
+
+    def __post_init__(self) -> None:
+        sizes = self.group_block_sizes
+        if sizes and (len(sizes) != len(self.groups)
+                      or any(s <= 0 or s % self.block_size for s in sizes)):
+            raise ValueError(f"group_block_sizes {list(sizes)}: one per group "
+                             f"({len(self.groups)}), each a multiple of block_size "
+                             f"{self.block_size}")
+
+    def group_block_size(self, group: int) -> int:
+        """Tokens per block of KV cache group `group`."""
+        return self.group_block_sizes[group] if self.group_block_sizes else self.block_size
+
+    @property
+    def mixed_block_sizes(self) -> bool:
+        return len(set(self.group_block_sizes)) > 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "block_size": self.block_size, "num_blocks": self.num_blocks,
-                "groups": list(self.groups), "sliding_window": self.sliding_window,
-                "max_model_len": self.max_model_len, "eagle": self.eagle}
+        d: dict[str, Any] = {"name": self.name, "block_size": self.block_size,
+                             "num_blocks": self.num_blocks,
+                             "groups": list(self.groups),
+                             "sliding_window": self.sliding_window,
+                             "max_model_len": self.max_model_len, "eagle": self.eagle}
+        if self.group_block_sizes:
+            d["group_block_sizes"] = list(self.group_block_sizes)
+        return d
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> TargetConfig:
         return TargetConfig(str(d["name"]), int(d["block_size"]), int(d["num_blocks"]),
                             tuple(str(g) for g in d["groups"]), int(d["sliding_window"]),
-                            int(d["max_model_len"]), bool(d.get("eagle", False)))
+                            int(d["max_model_len"]), bool(d.get("eagle", False)),
+                            group_block_sizes=tuple(int(s) for s in
+                                                    d.get("group_block_sizes", ())))
 
     def shape(self) -> WorkloadShape:
         return WorkloadShape(block_size=self.block_size, max_len=self.max_model_len)

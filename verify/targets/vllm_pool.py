@@ -95,7 +95,8 @@ class PoolView:
                 yield g, rid, blocks
 
 
-def check_pool(view: PoolView, stamps: StampArray, hash_content: dict[Any, tuple[int, ...]],
+def check_pool(view: PoolView, stamps: StampArray,
+               hash_content: dict[Any, tuple[int, tuple[int, ...]]],
                stats: StepStats) -> None:
     pool = view.pool
     null = pool.null_block
@@ -137,7 +138,6 @@ def check_pool(view: PoolView, stamps: StampArray, hash_content: dict[Any, tuple
     mapped: dict[int, set[Any]] = {}
     for key, b in view.cached_entries():
         mapped.setdefault(b.block_id, set()).add(key)
-    bs = stamps.block_size
     for b in pool.blocks:
         carried = view.keys_of(b)
         in_map = mapped.get(b.block_id, set())
@@ -147,15 +147,20 @@ def check_pool(view: PoolView, stamps: StampArray, hash_content: dict[Any, tuple
                                f"{len(in_map & carried)} agree")
         for key in carried:
             h, group = view.split_key(key)
-            want = hash_content.get(h)
-            if want is None:  # a hash no request of this run produced
-                stats.hit("cached_block_unverified")
+            entry = hash_content.get(h)
+            if entry is None:  # a hash no request of this run produced (or a group's
+                stats.hit("cached_block_unverified")  # hash over several hash blocks)
                 continue
-            n = bs
+            start, want = entry
+            # The hashed tokens sit at this offset in a block of the group's size (a block
+            # holding several hash blocks is also cached under the hash of a part of it).
+            bs = view.cfg.group_block_size(group)
+            offset = start % bs
+            n = len(want)
             if key == b.block_hash and getattr(b, "block_hash_num_tokens", None):
-                n = (int(b.block_hash_num_tokens) - 1) % bs + 1
+                n = min(n, (int(b.block_hash_num_tokens) - 1) % bs + 1 - offset)
             expected = StampArray.stamp(np.asarray(want[:n], dtype=np.int64), group)
-            got = stamps.block_row(b.block_id)[:n]
+            got = stamps.block_row(b.block_id)[offset:offset + n]
             if not np.array_equal(got, expected):
                 raise CheckFailure("pool", f"block {b.block_id} is cached (group {group}) under "
                                    f"a hash whose tokens it does not hold: cells {got.tolist()}, "
