@@ -22,11 +22,10 @@ from .config import (
     PageStatus,
     PocketPolicy,
     SeqStatus,
-    stale_range,
 )
 from .logic import Ops, Term
 from .pages import in_pocket, moving, page_slot_ix, pool_group
-from .state import Layout, State, evictable, status
+from .state import Layout, State, evictable, stale, status
 
 Scope = Literal["step", "api"]
 
@@ -356,42 +355,23 @@ def window_is_mapped(ops: Ops, lay: Layout, s: State) -> Term:
     conds = []
     for seq in range(lay.seqs):
         active = ops.eq(s.seq_status[seq], int(SeqStatus.ACTIVE))
-        for lc_i, lc in enumerate(cfg.life_cycles):
+        for lc in range(lay.lcs):
             for o in range(lay.blocks):
-                e = lay.entry_ix(ops, seq, lc_i, o)
+                e = lay.entry_ix(ops, seq, lc, o)
                 in_cap = ops.lt(o * t, s.capacity[seq])
-                stale = _is_stale_term(ops, lc.window, lc.sink_tokens, t, o, s.history[seq])
+                out = stale(ops, cfg, lc, o, s.history[seq])
                 mapped = ops.and_(s.entry_locked[e], ops.ne(s.index[e], BAD_PAGE_INDEX))
                 conds.append(ops.implies(
-                    ops.and_(active, in_cap, ops.not_(stale)), mapped))
-                conds.append(ops.implies(stale, ops.eq(s.index[e], BAD_PAGE_INDEX)))
+                    ops.and_(active, in_cap, ops.not_(out)), mapped))
+                conds.append(ops.implies(out, ops.eq(s.index[e], BAD_PAGE_INDEX)))
                 conds.append(ops.implies(ops.not_(in_cap), ops.eq(s.entry[e], NONE)))
                 kept = ops.eq(s.commit_state[seq], int(CommitState.ALLOWED))
                 page = s.entry[e]
                 conds.append(ops.implies(
-                    ops.and_(stale, ops.ne(page, NONE)),
+                    ops.and_(out, ops.ne(page, NONE)),
                     ops.and_(kept, ops.not_(ops.lookup(s.committed, page, True))),
                 ))
     return ops.and_(*conds)
-
-
-def _is_stale_term(ops: Ops, window: int | None, sink: int, t: int, o: int, h: Term) -> Term:
-    """Block o is stale at history h: sink blocks never, else (o+1)*t <= h+1-w."""
-    if window is None:
-        return ops.const(False)
-    sink_blocks = -(-sink // t)
-    if o < sink_blocks:
-        return ops.const(False)
-    if not ops.symbolic:
-        start, end = stale_range_for(window, sink, t, int(h))
-        return start <= o < end
-    return ops.le((o + 1) * t, ops.sub(ops.add(h, 1), window))
-
-
-def stale_range_for(window: int, sink: int, t: int, h: int) -> tuple[int, int]:
-    from .config import LifeCycle
-
-    return stale_range(LifeCycle("_", window=window, sink_tokens=sink), h, t)
 
 
 INVARIANTS: tuple[Invariant, ...] = (

@@ -22,6 +22,7 @@ from .config import (
     SeqStatus,
 )
 from .logic import Array, Ops, Term
+from .overrides import named
 from .sparse import SparseArray
 
 COPY_STREAM_OFFSET = 0  # the copy stream's id is num_sequences (compute streams are 0..S-1)
@@ -265,6 +266,25 @@ def evictable(ops: Ops, cfg: KVConfig, s: State, p: Term) -> Term:
         ops.and_(ops.eq(st, int(PageStatus.DROPPABLE)), ops.lookup(s.committed, p, False)),
         ops.and_(ops.eq(st, int(PageStatus.HELD)), ops.lt(ops.lookup(s.level, p, 0), cfg.last_level)),
     )
+
+
+def stale(ops: Ops, cfg: KVConfig, lc: int, o: int, h: Term,
+          start_label: str | None = None) -> Term:
+    """The window rule, the model's one statement of it: block o of life cycle lc is out of
+    the window at history h. The newest token sits at position h, so the window starts at
+    h + 1 - window, and a block is stale once its last token is before that; sink blocks
+    and life cycles without a window never are. The API programs pass `start_label`, so a
+    verifier can override the start they decide on (a spec mutant); the invariants do not,
+    so they still state the rule a mutated program breaks. `config.stale_range` is its
+    closed form, which the impl reads (`tests/model/test_window.py` checks they agree)."""
+    life = cfg.life_cycles[lc]
+    t = cfg.tokens_per_block
+    if life.window is None or o < -(-life.sink_tokens // t):
+        return ops.const(False)
+    start = ops.sub(ops.add(h, 1), life.window)
+    if start_label is not None:
+        start = named(ops, start_label, start)
+    return ops.le((o + 1) * t, start)
 
 
 def page_ids(ops: Ops, lay: Layout, s: State, flags: Array | None = None) -> Iterable[int]:
