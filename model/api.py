@@ -658,22 +658,3 @@ API: dict[str, ApiAction] = {a.name: a for a in (
     ApiAction("fail_allocation", "env", (), fail_allocation, False, (), "always"),
     ApiAction("fail_copy", "env", (), fail_copy, False, (), "always"),
 )}
-
-
-def check_api_params(action: str, params: dict[str, object]) -> None:
-    """An API call's name and parameters, validated against the table (ValueError with a
-    message naming the action and the parameter)."""
-    if action not in API:
-        raise ValueError(f"unknown action '{action}'; expected one of {', '.join(API)}")
-    spec = API[action]
-    want, got = set(spec.param_names), set(params)
-    if want != got:
-        raise ValueError(f"action '{action}' takes parameters {sorted(want)}, got {sorted(got)}")
-    for p in spec.params:
-        v = params[p.name]
-        if p.kind == "tokens":
-            if not isinstance(v, (list, tuple)) or not all(
-                    isinstance(x, int) and not isinstance(x, bool) for x in v):
-                raise ValueError(f"parameter '{p.name}' of '{action}' must be a list of ints")
-        elif isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"parameter '{p.name}' of '{action}' must be an int, got {v!r}")
