@@ -27,7 +27,7 @@ from .config import (
 )
 from .logic import CONCRETE, Array
 from .sparse import SparseArray, used_items
-from .state import IDLE, Layout, State
+from .state import ENTRY_FIELDS, IDLE, PAGE_FIELDS, Layout, State
 
 Check = Callable[[Layout, State], bool]
 
@@ -306,11 +306,6 @@ FAST: dict[str, Check] = {
 # depends on them only. Each returns None when it cannot tell (positions unknown, or a
 # global input changed in a way it does not follow): the full check then runs.
 # `tests/model/test_incremental.py` checks that runs with them agree with the full check.
-
-PAGE_FIELDS = ("alive", "lc", "committed", "level", "slot", "locks", "holds", "queued",
-               "stamp", "owner", "ordinal", "key", "dst_level", "dst_slot")
-ENTRY_FIELDS = ("entry", "entry_locked", "index")
-SEQ_FIELDS = ("seq_status", "commit_state", "capacity", "history", "committed_tokens")
 
 
 class Delta:

@@ -77,6 +77,55 @@ class State:
 
 
 STATE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(State))
+
+
+# ---- the schema: every field's index domain and value kind, declared once -----------------
+# Domains: "page" (P records), "slot" (level, pool group, slot), "seq" (S sequences),
+# "entry" (sequence, life cycle, ordinal), "pocket" (sequence, life cycle, position),
+# "scalar", and "concrete" (token content, never symbolic). Kinds: "bool", "int", or the
+# id of an element: "page" (NONE or a page), "seq" (a sequence or stream), "slot" (NO_SLOT
+# or a slot number). The Z3 engines, the counterexample printer and the incremental
+# checker read their field lists from here; `tests/model/test_schema.py` checks it
+# against `State` and Init.
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    domain: str
+    kind: str
+
+
+SCHEMA: tuple[FieldSpec, ...] = (
+    *(FieldSpec(n, "page", k) for n, k in (
+        ("alive", "bool"), ("lc", "int"), ("committed", "bool"), ("level", "int"),
+        ("slot", "slot"), ("locks", "int"), ("holds", "int"), ("queued", "bool"),
+        ("stamp", "int"), ("owner", "seq"), ("ordinal", "int"), ("key", "int"),
+        ("dst_level", "int"), ("dst_slot", "slot"))),
+    FieldSpec("slot_owner", "slot", "page"), FieldSpec("slot_busy", "slot", "seq"),
+    *(FieldSpec(n, "seq", "int") for n in (
+        "seq_status", "commit_state", "capacity", "history", "committed_tokens")),
+    FieldSpec("entry", "entry", "page"), FieldSpec("entry_locked", "entry", "bool"),
+    FieldSpec("index", "entry", "slot"), FieldSpec("pocket", "pocket", "page"),
+    *(FieldSpec(n, "scalar", k) for n, k in (
+        ("clock", "int"), ("fault_alloc", "bool"), ("fault_copy", "bool"),
+        ("bad_pop", "bool"), ("unsynced_reuse", "bool"))),
+    FieldSpec("tokens", "concrete", "int"), FieldSpec("block_keys", "concrete", "int"),
+)
+SCHEMA_BY_NAME: dict[str, FieldSpec] = {f.name: f for f in SCHEMA}
+
+
+def fields_in(*domains: str) -> tuple[str, ...]:
+    """The fields over these index domains, in declaration order."""
+    return tuple(f.name for f in SCHEMA if f.domain in domains)
+
+
+PAGE_FIELDS = fields_in("page")
+SEQ_FIELDS = fields_in("seq")
+ENTRY_FIELDS = fields_in("entry")
+SCALAR_FIELDS = fields_in("scalar")
+CONCRETE_FIELDS = fields_in("concrete")
+ARRAY_FIELDS = fields_in("page", "slot", "seq", "entry", "pocket")  # what Z3 reads as arrays
 _FIELD_SET = frozenset(STATE_FIELDS)
 
 
