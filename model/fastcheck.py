@@ -1,9 +1,12 @@
-"""Fast concrete companions of the costliest invariants.
+"""Fast concrete checks of the invariants: derived from the one-page form, or by hand.
 
 The invariants in `invariants.py` are written once, in the vocabulary Z3 reads;
 evaluated on plain values some are quadratic (every page against every block
 entry). The executable model checks them after every lockstep step, so these
-companions compute the same truth values in one pass. They are not a second
+checks compute the same truth values looking only at the records in use. Those
+of the invariants written for one page record (`invariants.ForEachPage`) are
+derived from that statement (the end of this file); the others are companions
+written by hand, each for the reason in `HAND_WRITTEN`. They are not a second
 definition: `tests/model/test_fastcheck.py` checks, on reachable states and on
 states with fields perturbed at random, that each agrees exactly with its
 definition, so a companion that drifted would fail there.

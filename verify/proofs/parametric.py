@@ -3,9 +3,11 @@
 The transition relation is read from the action table by the parametric interpretation
 (`verify/proofs/epr.py`): pages, slots and sequences are uninterpreted sorts, block
 ordinals and counts unbounded integers. The invariants below are the model's catalogue
-(`model/invariants.py`) restated with quantifiers instead of loops over records, each
-under the name of the invariant it states (a test checks that each agrees with the
-model's definition on sampled reachable states). Obligations, per pocket policy:
+(`model/invariants.py`), each under the name of the invariant it states: derived from the
+model's definition where it is written for one page record (quantified over the page
+sort) or loops over nothing, else restated with quantifiers instead of loops over records,
+for the reason in `RESTATED` (a test checks that each agrees with the model's definition
+on sampled reachable states). Obligations, per pocket policy:
 
 * `init`: the model's Init (read off `Layout.initial_state`, where every array is
   uniform) satisfies every invariant;
