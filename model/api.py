@@ -34,7 +34,7 @@ from .pages import (
     still_valid,
     victim_cond,
 )
-from .state import State, evolve, page_ids, status
+from .state import State, evolve, page_ids, stale, status
 
 # ---- small derived terms -------------------------------------------------------------------
 
@@ -42,14 +42,8 @@ WINDOW_START = "first token position inside the window"
 
 
 def _stale(ex: Executor, lc: int, o: int, h: Term) -> Term:
-    """Block o of life cycle lc is out of the window at history h (sinks never are)."""
-    life = ex.lay.cfg.life_cycles[lc]
-    t = ex.lay.cfg.tokens_per_block
-    if life.window is None or o < -(-life.sink_tokens // t):
-        return ex.ops.const(False)
-    # The newest token sits at position h, so the window starts at h + 1 - window.
-    start = named(ex.ops, WINDOW_START, ex.ops.sub(ex.ops.add(h, 1), life.window))
-    return ex.ops.le((o + 1) * t, start)
+    """Block o of life cycle lc is out of the window at history h (`state.stale`)."""
+    return stale(ex.ops, ex.lay.cfg, lc, o, h, start_label=WINDOW_START)
 
 
 def _in_cap(ex: Executor, o: int, cap: Term) -> Term:
@@ -664,22 +658,3 @@ API: dict[str, ApiAction] = {a.name: a for a in (
     ApiAction("fail_allocation", "env", (), fail_allocation, False, (), "always"),
     ApiAction("fail_copy", "env", (), fail_copy, False, (), "always"),
 )}
-
-
-def check_api_params(action: str, params: dict[str, object]) -> None:
-    """An API call's name and parameters, validated against the table (ValueError with a
-    message naming the action and the parameter)."""
-    if action not in API:
-        raise ValueError(f"unknown action '{action}'; expected one of {', '.join(API)}")
-    spec = API[action]
-    want, got = set(spec.param_names), set(params)
-    if want != got:
-        raise ValueError(f"action '{action}' takes parameters {sorted(want)}, got {sorted(got)}")
-    for p in spec.params:
-        v = params[p.name]
-        if p.kind == "tokens":
-            if not isinstance(v, (list, tuple)) or not all(
-                    isinstance(x, int) and not isinstance(x, bool) for x in v):
-                raise ValueError(f"parameter '{p.name}' of '{action}' must be a list of ints")
-        elif isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"parameter '{p.name}' of '{action}' must be an int, got {v!r}")

@@ -1,9 +1,12 @@
-"""Fast concrete companions of the costliest invariants.
+"""Fast concrete checks of the invariants: derived from the one-page form, or by hand.
 
 The invariants in `invariants.py` are written once, in the vocabulary Z3 reads;
 evaluated on plain values some are quadratic (every page against every block
 entry). The executable model checks them after every lockstep step, so these
-companions compute the same truth values in one pass. They are not a second
+checks compute the same truth values looking only at the records in use. Those
+of the invariants written for one page record (`invariants.ForEachPage`) are
+derived from that statement (the end of this file); the others are companions
+written by hand, each for the reason in `HAND_WRITTEN`. They are not a second
 definition: `tests/model/test_fastcheck.py` checks, on reachable states and on
 states with fields perturbed at random, that each agrees exactly with its
 definition, so a companion that drifted would fail there.
@@ -13,21 +16,23 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from .config import (
     BAD_PAGE_INDEX,
-    GPU_LEVEL,
     NO_SLOT,
     NONE,
     CommitState,
+    KVConfig,
     PageStatus,
-    PocketPolicy,
     SeqStatus,
     stale_range,
 )
-from .logic import CONCRETE, Array
+from .invariants import INVARIANTS, ForEachPage, Invariant, Scope, in_scope
+from .logic import CONCRETE, Array, Ops
 from .sparse import SparseArray, used_items
-from .state import IDLE, Layout, State
+from .state import ENTRY_FIELDS, IDLE, PAGE_FIELDS, Layout, State
 
 Check = Callable[[Layout, State], bool]
 
@@ -211,81 +216,7 @@ def gone_sequences_hold_nothing(lay: Layout, s: State) -> bool:
     return all(s.seq_status[e // per_seq] not in gone for e, _ in used_items(s.entry, NONE))
 
 
-def _evictable(lay: Layout, s: State, p: int) -> bool:
-    """`state.evictable` on plain values (LOCKED never; HELD above the last level;
-    DROPPABLE when committed)."""
-    if s.locks[p] > 0:
-        return False
-    if s.holds[p] > 0:
-        return bool(s.level[p] < lay.cfg.last_level)
-    return bool(s.committed[p])
-
-
-def queue_follows_evictability(lay: Layout, s: State) -> bool:
-    """One pass, with the pocket as a set (the definition scans it once per page)."""
-    pin = lay.cfg.pocket.policy == PocketPolicy.PIN
-    parked = {x for _, x in used_items(s.pocket, NONE)} if pin else set()
-    for p in _used(lay.pages, s.alive):
-        if not s.alive[p]:
-            continue
-        should = _evictable(lay, s, p) and s.slot[p] != NO_SLOT and not (pin and p in parked)
-        if s.queued[p] != should:
-            return False
-    return True
-
-
-# The per-page invariants below are linear already; on plain values a loop with early
-# exit is several times faster than building every page's term. A page record at its
-# initial values satisfies each, so only the records in use are looked at.
-def dead_pages_are_blank(lay: Layout, s: State) -> bool:
-    return all(s.alive[p] or (s.slot[p] == NO_SLOT and not s.queued[p] and s.locks[p] == 0
-                              and s.holds[p] == 0 and s.dst_level[p] == NONE)
-               for p in _used(lay.pages, s.slot, s.queued, s.locks, s.holds, s.dst_level))
-
-
-def locked_at_gpu(lay: Layout, s: State) -> bool:
-    return all(not s.locks[p] > 0 or (
-        bool(s.alive[p]) and s.level[p] == GPU_LEVEL and s.slot[p] != NO_SLOT
-        and not s.queued[p] and s.dst_level[p] == NONE) for p in _used(lay.pages, s.locks))
-
-
-def queued_are_evictable(lay: Layout, s: State) -> bool:
-    return all(not s.queued[p] or (
-        bool(s.alive[p]) and s.slot[p] != NO_SLOT and s.dst_level[p] == NONE
-        and _evictable(lay, s, p)) for p in _used(lay.pages, s.queued))
-
-
-def live_pages_have_slots(lay: Layout, s: State) -> bool:
-    dropped = lay.cfg.pocket.drops_parked
-    parked = {x for _, x in used_items(s.pocket, NONE)} if dropped else set()
-    return all(not s.alive[p] or s.slot[p] != NO_SLOT
-               or (dropped and p in parked and s.level[p] == GPU_LEVEL)
-               for p in _used(lay.pages, s.alive))
-
-
-def no_orphan_pages(lay: Layout, s: State) -> bool:
-    return all(not (s.alive[p] and s.locks[p] <= 0 and s.holds[p] <= 0)
-               or bool(s.committed[p] and s.queued[p]) for p in _used(lay.pages, s.alive))
-
-
-def no_migration_in_flight(lay: Layout, s: State) -> bool:
-    return all(s.dst_level[p] == NONE for p in _used(lay.pages, s.dst_level))
-
-
-def migrations_reserved(lay: Layout, s: State) -> bool:
-    """Only pages in flight are examined (the definition builds a term for every page)."""
-    return _migrations_at(lay, s, _used(lay.pages, s.dst_level))
-
-
 FAST: dict[str, Check] = {
-    "queue_follows_evictability": queue_follows_evictability,
-    "dead_pages_are_blank": dead_pages_are_blank,
-    "locked_at_gpu": locked_at_gpu,
-    "queued_are_evictable": queued_are_evictable,
-    "live_pages_have_slots": live_pages_have_slots,
-    "no_orphan_pages": no_orphan_pages,
-    "migrations_reserved": migrations_reserved,
-    "no_migration_in_flight": no_migration_in_flight,
     "index_matches_locks": index_matches_locks,
     "inactive_sequences_unlocked": inactive_sequences_unlocked,
     "gone_sequences_hold_nothing": gone_sequences_hold_nothing,
@@ -299,6 +230,30 @@ FAST: dict[str, Check] = {
 }
 
 
+# Why each companion above is written by hand rather than derived from its definition
+# (`derived_full` covers the one-page form only). Each is checked against its definition
+# by `tests/model/test_fastcheck.py` (and its local check by `test_incremental.py`).
+_PER_ENTRY = ("a statement per block entry, not per page record: the one-page derivation "
+              "does not cover it")
+HAND_WRITTEN: dict[str, str] = {
+    "slot_owned_once": "every slot against every page record (quadratic as defined): one "
+                       "pass collects the slots each page sits in or reserves",
+    "refcounts_match": "every page against every block entry and pocket position (quadratic "
+                       "as defined): one pass counts the references",
+    "pocket_entries_orphaned": "every pocket position against every block entry (quadratic "
+                               "as defined): one pass with the referenced pages as a set",
+    "no_page_in_two_pockets": "every pair of pocket positions (quadratic as defined): one "
+                              "pass with a set",
+    "entries_are_live": _PER_ENTRY,
+    "index_matches_locks": _PER_ENTRY,
+    "inactive_sequences_unlocked": _PER_ENTRY,
+    "gone_sequences_hold_nothing": _PER_ENTRY,
+    "window_is_mapped": _PER_ENTRY + "; the local check regroups the blocks by sequence to "
+                        "read each window once",
+    "values_in_range": "every array of every domain within its type: only the records and "
+                       "positions in use are looked at",
+}
+
 # ---- checks of what changed ----------------------------------------------------------------
 # The incremental checker (`incremental.py`) re-checks an invariant that held in the last
 # state it checked. On sparse states it knows which positions of each array may have
@@ -306,11 +261,6 @@ FAST: dict[str, Check] = {
 # depends on them only. Each returns None when it cannot tell (positions unknown, or a
 # global input changed in a way it does not follow): the full check then runs.
 # `tests/model/test_incremental.py` checks that runs with them agree with the full check.
-
-PAGE_FIELDS = ("alive", "lc", "committed", "level", "slot", "locks", "holds", "queued",
-               "stamp", "owner", "ordinal", "key", "dst_level", "dst_slot")
-ENTRY_FIELDS = ("entry", "entry_locked", "index")
-SEQ_FIELDS = ("seq_status", "commit_state", "capacity", "history", "committed_tokens")
 
 
 class Delta:
@@ -349,88 +299,6 @@ class Delta:
 
 _COMPARED = 1024  # tuples up to this length are compared position by position
 Local = Callable[[Layout, State, Delta], "bool | None"]
-
-
-def _per_page(check_at: Callable[[Layout, State, Iterable[int]], bool],
-              globals_read: tuple[str, ...] = ()) -> Local:
-    """A per-page invariant: only the changed pages, while its other inputs are the same."""
-    def local(lay: Layout, s: State, d: Delta) -> bool | None:
-        if d.changed.intersection(globals_read):
-            return None
-        pages = d.at(*PAGE_FIELDS)
-        return None if pages is None else check_at(lay, s, pages)
-    return local
-
-
-def _dead_blank_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
-    return all(s.alive[p] or (s.slot[p] == NO_SLOT and not s.queued[p] and s.locks[p] == 0
-                              and s.holds[p] == 0 and s.dst_level[p] == NONE) for p in pages)
-
-
-def _locked_at_gpu_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
-    return all(not s.locks[p] > 0 or (
-        bool(s.alive[p]) and s.level[p] == GPU_LEVEL and s.slot[p] != NO_SLOT
-        and not s.queued[p] and s.dst_level[p] == NONE) for p in pages)
-
-
-def _queued_evictable_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
-    return all(not s.queued[p] or (
-        bool(s.alive[p]) and s.slot[p] != NO_SLOT and s.dst_level[p] == NONE
-        and _evictable(lay, s, p)) for p in pages)
-
-
-def _no_orphan_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
-    return all(not (s.alive[p] and s.locks[p] <= 0 and s.holds[p] <= 0)
-               or bool(s.committed[p] and s.queued[p]) for p in pages)
-
-
-def _not_moving_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
-    return all(s.dst_level[p] == NONE for p in pages)
-
-
-def _live_slots_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
-    dropped = lay.cfg.pocket.drops_parked
-    parked = {x for _, x in used_items(s.pocket, NONE)} if dropped else set()
-    return all(not s.alive[p] or s.slot[p] != NO_SLOT
-               or (dropped and p in parked and s.level[p] == GPU_LEVEL) for p in pages)
-
-
-def _queue_follows_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
-    pin = lay.cfg.pocket.policy == PocketPolicy.PIN
-    parked = {x for _, x in used_items(s.pocket, NONE)} if pin else set()
-    for p in pages:
-        if not s.alive[p]:
-            continue
-        should = _evictable(lay, s, p) and s.slot[p] != NO_SLOT and not (pin and p in parked)
-        if s.queued[p] != should:
-            return False
-    return True
-
-
-def _migrations_local(lay: Layout, s: State, d: Delta) -> bool | None:
-    pages, slots = d.at(*PAGE_FIELDS), d.at("slot_owner")
-    if pages is None or slots is None:
-        return None
-    # a page whose reserved slot changed hands owned it before (the invariant held)
-    pages |= {d.old.slot_owner[ix] for ix in slots} - {NONE}
-    return _migrations_at(lay, s, (p for p in pages if _page_ok(lay, p)))
-
-
-def _migrations_at(lay: Layout, s: State, pages: Iterable[int]) -> bool:
-    for p in pages:
-        dst = s.dst_level[p]
-        if dst == NONE:
-            continue
-        lvl = s.level[p]
-        if not (s.alive[p] and s.slot[p] != NO_SLOT):
-            return False
-        if not (dst == lvl + 1 or (dst == GPU_LEVEL and lvl > GPU_LEVEL)):
-            return False
-        pg = CONCRETE.lookup(lay.pool_group_of_lc, s.lc[p], 0)
-        dst_ix = lay.slot_ix(CONCRETE, dst, pg, s.dst_slot[p])
-        if dst_ix == -1 or CONCRETE.lookup(s.slot_owner, dst_ix, NONE) != p:
-            return False
-    return True
 
 
 def _pg_of(lay: Layout, s: State, p: int) -> int:
@@ -620,14 +488,6 @@ def _values_local(lay: Layout, s: State, d: Delta) -> bool | None:
 
 
 LOCAL: dict[str, Local] = {
-    "dead_pages_are_blank": _per_page(_dead_blank_at),
-    "locked_at_gpu": _per_page(_locked_at_gpu_at),
-    "queued_are_evictable": _per_page(_queued_evictable_at),
-    "no_orphan_pages": _per_page(_no_orphan_at),
-    "no_migration_in_flight": _per_page(_not_moving_at),
-    "live_pages_have_slots": _per_page(_live_slots_at, ("pocket",)),
-    "queue_follows_evictability": _per_page(_queue_follows_at, ("pocket",)),
-    "migrations_reserved": _migrations_local,
     "slot_owned_once": _slot_owned_once_local,
     "entries_are_live": _entries_live_local,
     "index_matches_locks": _index_local,
@@ -654,3 +514,127 @@ def _pages_in_bounds(lay: Layout, s: State, pages: Iterable[int],
         elif not slot_fits(s.dst_level[p], s.dst_slot[p]):
             return False
     return True
+
+
+# ---- checks derived from the one-page form -------------------------------------------------
+# An invariant written "for every page p: when(p) implies then(p)" (`invariants.ForEachPage`)
+# gets its fast full check and its local check from that one statement, evaluated on plain
+# values one record at a time (`when` first: the conclusion only where it applies). Which
+# records can break it is read off the statement once per configuration, by evaluating it
+# on a record of Init and noting the fields it reads:
+# * `when` false at Init: only a record where a field `when` reads is in use;
+# * else (no `when`, or true at Init): a record where a field the statement reads is in
+#   use (a record at Init values satisfies it: Init does);
+# * every record, when the fields that decide it are not all per-page fields.
+# The local check looks at the records whose fields it reads changed, and defers to the
+# full check when a field of another domain it reads changed (e.g. the pocket).
+
+
+class ReadRecorder:
+    """Stands in for a `State` and notes which fields are read."""
+
+    def __init__(self, s: State) -> None:
+        self._s = s
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.read.add(name)
+        return getattr(self._s, name)
+
+
+@dataclass(frozen=True)
+class _PageScope:
+    where: tuple[str, ...] | None  # the fields whose records in use can break it; None: all
+    page_reads: tuple[str, ...]  # the per-page fields it reads
+    other_reads: frozenset[str]  # the fields of other domains it reads
+
+
+_SCOPES: dict[tuple[KVConfig, str], _PageScope] = {}
+
+
+def _page_scope(lay: Layout, name: str, form: ForEachPage) -> _PageScope:
+    known = _SCOPES.get((lay.cfg, name))
+    if known is not None:
+        return known
+    init = lay.initial_state(sparse_above=0)  # one record read: any geometry is cheap
+    guard, body = ReadRecorder(init), ReadRecorder(init)
+    guard_at_init = True if form.when is None or lay.pages == 0 else bool(
+        form.when(CONCRETE, lay, guard, 0))  # type: ignore[arg-type]
+    if lay.pages:
+        form.at(CONCRETE, lay, body, 0)  # type: ignore[arg-type]
+    page = set(PAGE_FIELDS)
+    deciding = body.read if guard_at_init else guard.read
+    scope = _PageScope(
+        where=tuple(sorted(deciding)) if deciding <= page else None,
+        page_reads=tuple(sorted(body.read & page)),
+        other_reads=frozenset(body.read - page))
+    _SCOPES[(lay.cfg, name)] = scope
+    return scope
+
+
+def _holds_at(form: ForEachPage, lay: Layout, s: State, pages: Iterable[int]) -> bool:
+    when, then = form.when, form.then
+    if when is None:
+        return all(then(CONCRETE, lay, s, p) for p in pages)
+    return all(not when(CONCRETE, lay, s, p) or then(CONCRETE, lay, s, p) for p in pages)
+
+
+def _scope_of(name: str, form: ForEachPage) -> Callable[[Layout], _PageScope]:
+    """`_page_scope` for one invariant, remembering the last layout asked about (a check
+    runs thousands of times on one layout; hashing its configuration each time would
+    cost more than the check)."""
+    last: list[tuple[Layout, _PageScope]] = []
+
+    def scope(lay: Layout) -> _PageScope:
+        if last and last[0][0] is lay:
+            return last[0][1]
+        got = _page_scope(lay, name, form)
+        last[:] = [(lay, got)]
+        return got
+    return scope
+
+
+def derived_full(name: str, form: ForEachPage) -> Check:
+    """The full check of a one-page invariant: its statement on the records that can break it."""
+    scope_of = _scope_of(name, form)
+
+    def check(lay: Layout, s: State) -> bool:
+        where = scope_of(lay).where
+        pages = range(lay.pages) if where is None else \
+            _used(lay.pages, *(getattr(s, f) for f in where))
+        return _holds_at(form, lay, s, pages)
+    return check
+
+
+def derived_local(name: str, form: ForEachPage) -> Local:
+    """The local check of a one-page invariant: its statement on the records that changed."""
+    scope_of = _scope_of(name, form)
+
+    def local(lay: Layout, s: State, d: Delta) -> bool | None:
+        scope = scope_of(lay)
+        if d.changed & scope.other_reads:
+            return None
+        pages = d.at(*scope.page_reads)
+        return None if pages is None else _holds_at(form, lay, s, pages)
+    return local
+
+
+for _inv in INVARIANTS:
+    if _inv.per_page is not None:
+        FAST[_inv.name] = derived_full(_inv.name, _inv.per_page)
+        LOCAL[_inv.name] = derived_local(_inv.name, _inv.per_page)
+
+
+def violated(ops: Ops, lay: Layout, s: State, scope: Scope | None = None,
+             only: tuple[Invariant, ...] = INVARIANTS) -> list[Invariant]:
+    """Invariants (of a scope, or all; among `only`) that do not hold in concrete state s.
+
+    On concrete values the quadratic ones use their one-pass companions here (tested to
+    agree exactly with the definitions in `invariants.py`): the full check the incremental
+    checker is tested against.
+    """
+    def holds(inv: Invariant) -> bool:
+        fast = FAST.get(inv.name) if not ops.symbolic else None
+        return bool(fast(lay, s)) if fast is not None else bool(inv.predicate(ops, lay, s))
+
+    return [inv for inv in only if in_scope(inv, scope) and not holds(inv)]

@@ -14,26 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any
 
 from .config import KVConfig
-from .fastcheck import FAST, LOCAL, Delta
+from .fastcheck import FAST, LOCAL, Delta, ReadRecorder
 from .invariants import INVARIANTS, Invariant, Scope, in_scope
 from .logic import CONCRETE
 from .state import STATE_FIELDS, Layout, State
-
-
-class _ReadRecorder:
-    """Stands in for a `State` and notes which fields are read."""
-
-    def __init__(self, s: State) -> None:
-        self._s = s
-        self.read: set[str] = set()
-
-    def __getattr__(self, name: str) -> Any:
-        self.read.add(name)
-        return getattr(self._s, name)
-
 
 _FIELDS_READ: dict[KVConfig, dict[str, tuple[str, ...]]] = {}
 MINIATURE = 2  # every count a miniature keeps (at most): each loop of a definition runs
@@ -69,7 +55,7 @@ def fields_read_by_evaluation(lay: Layout) -> dict[str, tuple[str, ...]]:
     """Per invariant, the fields its definition reads when evaluated on Init of `lay`."""
     out: dict[str, tuple[str, ...]] = {}
     for inv in INVARIANTS:
-        rec = _ReadRecorder(lay.initial_state())
+        rec = ReadRecorder(lay.initial_state())
         inv.predicate(CONCRETE, lay, rec)  # type: ignore[arg-type]
         out[inv.name] = tuple(sorted(rec.read))
     return out

@@ -22,13 +22,37 @@ from .config import (
     PageStatus,
     PocketPolicy,
     SeqStatus,
-    stale_range,
 )
 from .logic import Ops, Term
 from .pages import in_pocket, moving, page_slot_ix, pool_group
-from .state import Layout, State, evictable, status
+from .state import Layout, State, evictable, stale, status
 
 Scope = Literal["step", "api"]
+
+
+PageTerm = Callable[[Ops, Layout, State, Term], Term]
+
+
+@dataclass(frozen=True)
+class ForEachPage:
+    """An invariant of the form "for every page record p: when(p) implies then(p)" (no
+    `when`: then(p) for every p). Written once, on one page, it is read four ways: as the
+    predicate over every record (what the bounded Z3 engines and the executable model
+    read), as the fast full check over the records in use and the local check over the
+    records a step changed (`fastcheck.derived_checks`), and quantified over the page sort
+    (`verify/proofs/parametric.py`). `when` is evaluated first on plain values, so the
+    conclusion is built only for the records it selects."""
+
+    then: PageTerm
+    when: PageTerm | None = None
+
+    def at(self, ops: Ops, lay: Layout, s: State, p: Term) -> Term:
+        """The statement for one page record (p: an int or a term)."""
+        body = self.then(ops, lay, s, p)
+        return body if self.when is None else ops.implies(self.when(ops, lay, s, p), body)
+
+    def __call__(self, ops: Ops, lay: Layout, s: State) -> Term:
+        return ops.and_(*(self.at(ops, lay, s, p) for p in range(lay.pages)))
 
 
 @dataclass(frozen=True)
@@ -38,6 +62,11 @@ class Invariant:
     scope: Scope
     predicate: Callable[[Ops, Layout, State], Term]
     aux: bool = False  # a strengthening lemma rather than a safety property
+
+    @property
+    def per_page(self) -> ForEachPage | None:
+        """The one-page form the engines derive from, when it is written in that form."""
+        return self.predicate if isinstance(self.predicate, ForEachPage) else None
 
 
 def _pages(lay: Layout) -> range:
@@ -66,34 +95,25 @@ def slot_owned_once(ops: Ops, lay: Layout, s: State) -> Term:
     return ops.and_(*conds)
 
 
-def dead_pages_are_blank(ops: Ops, lay: Layout, s: State) -> Term:
-    return ops.and_(*(
-        ops.implies(ops.not_(s.alive[p]), ops.and_(
-            ops.eq(s.slot[p], NO_SLOT), ops.not_(s.queued[p]), ops.eq(s.locks[p], 0),
-            ops.eq(s.holds[p], 0), ops.eq(s.dst_level[p], NONE),
-        ))
-        for p in _pages(lay)
-    ))
+dead_pages_are_blank = ForEachPage(
+    when=lambda ops, lay, s, p: ops.not_(s.alive[p]),
+    then=lambda ops, lay, s, p: ops.and_(
+        ops.eq(s.slot[p], NO_SLOT), ops.not_(s.queued[p]), ops.eq(s.locks[p], 0),
+        ops.eq(s.holds[p], 0), ops.eq(s.dst_level[p], NONE)))
 
 
-def locked_at_gpu(ops: Ops, lay: Layout, s: State) -> Term:
-    return ops.and_(*(
-        ops.implies(ops.lt(0, s.locks[p]), ops.and_(
-            s.alive[p], ops.eq(s.level[p], GPU_LEVEL), ops.ne(s.slot[p], NO_SLOT),
-            ops.not_(s.queued[p]), ops.not_(moving(ops, s, p)),
-        ))
-        for p in _pages(lay)
-    ))
+locked_at_gpu = ForEachPage(
+    when=lambda ops, lay, s, p: ops.lt(0, s.locks[p]),
+    then=lambda ops, lay, s, p: ops.and_(
+        s.alive[p], ops.eq(s.level[p], GPU_LEVEL), ops.ne(s.slot[p], NO_SLOT),
+        ops.not_(s.queued[p]), ops.not_(moving(ops, s, p))))
 
 
-def queued_are_evictable(ops: Ops, lay: Layout, s: State) -> Term:
-    return ops.and_(*(
-        ops.implies(s.queued[p], ops.and_(
-            s.alive[p], ops.ne(s.slot[p], NO_SLOT), ops.not_(moving(ops, s, p)),
-            evictable(ops, lay.cfg, s, p),
-        ))
-        for p in _pages(lay)
-    ))
+queued_are_evictable = ForEachPage(
+    when=lambda ops, lay, s, p: s.queued[p],
+    then=lambda ops, lay, s, p: ops.and_(
+        s.alive[p], ops.ne(s.slot[p], NO_SLOT), ops.not_(moving(ops, s, p)),
+        evictable(ops, lay.cfg, s, p)))
 
 
 def _entry_refs(ops: Ops, lay: Layout, s: State, p: int, locked: bool) -> Term:
@@ -285,31 +305,28 @@ def values_in_range(ops: Ops, lay: Layout, s: State) -> Term:
     return ops.and_(*conds)
 
 
-def live_pages_have_slots(ops: Ops, lay: Layout, s: State) -> Term:
-    # The one exception: a parked page dropped by the cascade (evict_parked=drop) keeps
-    # its pocket entry, without a slot, until a pop refuses it or a drain releases it.
-    dropped = ops.const(lay.cfg.pocket.drops_parked)
-    return ops.and_(*(
-        ops.implies(s.alive[p], ops.or_(
-            ops.ne(s.slot[p], NO_SLOT),
-            ops.and_(dropped, in_pocket(ops, s, p), ops.eq(s.level[p], GPU_LEVEL)),
-        ))
-        for p in _pages(lay)
-    ))
+# The one exception: a parked page dropped by the cascade (evict_parked=drop) keeps its
+# pocket entry, without a slot, until a pop refuses it or a drain releases it.
+live_pages_have_slots = ForEachPage(
+    when=lambda ops, lay, s, p: s.alive[p],
+    then=lambda ops, lay, s, p: ops.or_(
+        ops.ne(s.slot[p], NO_SLOT),
+        ops.and_(in_pocket(ops, s, p), ops.eq(s.level[p], GPU_LEVEL))
+        if lay.cfg.pocket.drops_parked else ops.const(False)))
 
 
-def migrations_reserved(ops: Ops, lay: Layout, s: State) -> Term:
-    conds = []
-    for p in _pages(lay):
-        lvl, dst = s.level[p], s.dst_level[p]
-        dst_ix = lay.slot_ix(ops, dst, pool_group(ops, lay, s.lc[p]), s.dst_slot[p])
-        conds.append(ops.implies(moving(ops, s, p), ops.and_(
-            s.alive[p], ops.ne(s.slot[p], NO_SLOT),
-            ops.or_(ops.eq(dst, ops.add(lvl, 1)), ops.and_(ops.eq(dst, GPU_LEVEL),
-                                                           ops.lt(GPU_LEVEL, lvl))),
-            ops.ne(dst_ix, -1), ops.eq(ops.lookup(s.slot_owner, dst_ix, NONE), p),
-        )))
-    return ops.and_(*conds)
+def _reserved(ops: Ops, lay: Layout, s: State, p: Term) -> Term:
+    lvl, dst = s.level[p], s.dst_level[p]
+    dst_ix = lay.slot_ix(ops, dst, pool_group(ops, lay, s.lc[p]), s.dst_slot[p])
+    return ops.and_(
+        s.alive[p], ops.ne(s.slot[p], NO_SLOT),
+        ops.or_(ops.eq(dst, ops.add(lvl, 1)), ops.and_(ops.eq(dst, GPU_LEVEL),
+                                                       ops.lt(GPU_LEVEL, lvl))),
+        ops.ne(dst_ix, -1), ops.eq(ops.lookup(s.slot_owner, dst_ix, NONE), p),
+    )
+
+
+migrations_reserved = ForEachPage(when=lambda ops, lay, s, p: moving(ops, s, p), then=_reserved)
 
 
 def dropped_pockets_stay_at_gpu(ops: Ops, lay: Layout, s: State) -> Term:
@@ -325,28 +342,24 @@ def dropped_pockets_stay_at_gpu(ops: Ops, lay: Layout, s: State) -> Term:
 
 # ---- between API actions only ----------------------------------------------------------------
 
-def queue_follows_evictability(ops: Ops, lay: Layout, s: State) -> Term:
-    pin = lay.cfg.pocket.policy == PocketPolicy.PIN
-    conds = []
-    for p in _pages(lay):
-        should = ops.and_(evictable(ops, lay.cfg, s, p), ops.ne(s.slot[p], NO_SLOT),
-                          ops.not_(ops.and_(ops.const(pin), in_pocket(ops, s, p))))
-        conds.append(ops.implies(s.alive[p], ops.eq(s.queued[p], should)))
-    return ops.and_(*conds)
+def _should_queue(ops: Ops, lay: Layout, s: State, p: Term) -> Term:
+    # pinned pocket pages excepted (the pocket is read only under the pin policy)
+    pinned = in_pocket(ops, s, p) if lay.cfg.pocket.policy == PocketPolicy.PIN else \
+        ops.const(False)
+    should = ops.and_(evictable(ops, lay.cfg, s, p), ops.ne(s.slot[p], NO_SLOT),
+                      ops.not_(pinned))
+    return ops.eq(s.queued[p], should)
 
 
-def no_migration_in_flight(ops: Ops, lay: Layout, s: State) -> Term:
-    return ops.and_(*(ops.not_(moving(ops, s, p)) for p in _pages(lay)))
+queue_follows_evictability = ForEachPage(
+    when=lambda ops, lay, s, p: s.alive[p], then=_should_queue)
 
+no_migration_in_flight = ForEachPage(then=lambda ops, lay, s, p: ops.not_(moving(ops, s, p)))
 
-def no_orphan_pages(ops: Ops, lay: Layout, s: State) -> Term:
-    return ops.and_(*(
-        ops.implies(
-            ops.and_(s.alive[p], ops.eq(status(ops, s, p), int(PageStatus.DROPPABLE))),
-            ops.and_(s.committed[p], s.queued[p]),
-        )
-        for p in _pages(lay)
-    ))
+no_orphan_pages = ForEachPage(
+    when=lambda ops, lay, s, p: ops.and_(
+        s.alive[p], ops.eq(status(ops, s, p), int(PageStatus.DROPPABLE))),
+    then=lambda ops, lay, s, p: ops.and_(s.committed[p], s.queued[p]))
 
 
 def window_is_mapped(ops: Ops, lay: Layout, s: State) -> Term:
@@ -356,42 +369,23 @@ def window_is_mapped(ops: Ops, lay: Layout, s: State) -> Term:
     conds = []
     for seq in range(lay.seqs):
         active = ops.eq(s.seq_status[seq], int(SeqStatus.ACTIVE))
-        for lc_i, lc in enumerate(cfg.life_cycles):
+        for lc in range(lay.lcs):
             for o in range(lay.blocks):
-                e = lay.entry_ix(ops, seq, lc_i, o)
+                e = lay.entry_ix(ops, seq, lc, o)
                 in_cap = ops.lt(o * t, s.capacity[seq])
-                stale = _is_stale_term(ops, lc.window, lc.sink_tokens, t, o, s.history[seq])
+                out = stale(ops, cfg, lc, o, s.history[seq])
                 mapped = ops.and_(s.entry_locked[e], ops.ne(s.index[e], BAD_PAGE_INDEX))
                 conds.append(ops.implies(
-                    ops.and_(active, in_cap, ops.not_(stale)), mapped))
-                conds.append(ops.implies(stale, ops.eq(s.index[e], BAD_PAGE_INDEX)))
+                    ops.and_(active, in_cap, ops.not_(out)), mapped))
+                conds.append(ops.implies(out, ops.eq(s.index[e], BAD_PAGE_INDEX)))
                 conds.append(ops.implies(ops.not_(in_cap), ops.eq(s.entry[e], NONE)))
                 kept = ops.eq(s.commit_state[seq], int(CommitState.ALLOWED))
                 page = s.entry[e]
                 conds.append(ops.implies(
-                    ops.and_(stale, ops.ne(page, NONE)),
+                    ops.and_(out, ops.ne(page, NONE)),
                     ops.and_(kept, ops.not_(ops.lookup(s.committed, page, True))),
                 ))
     return ops.and_(*conds)
-
-
-def _is_stale_term(ops: Ops, window: int | None, sink: int, t: int, o: int, h: Term) -> Term:
-    """Block o is stale at history h: sink blocks never, else (o+1)*t <= h+1-w."""
-    if window is None:
-        return ops.const(False)
-    sink_blocks = -(-sink // t)
-    if o < sink_blocks:
-        return ops.const(False)
-    if not ops.symbolic:
-        start, end = stale_range_for(window, sink, t, int(h))
-        return start <= o < end
-    return ops.le((o + 1) * t, ops.sub(ops.add(h, 1), window))
-
-
-def stale_range_for(window: int, sink: int, t: int, h: int) -> tuple[int, int]:
-    from .config import LifeCycle
-
-    return stale_range(LifeCycle("_", window=window, sink_tokens=sink), h, t)
 
 
 INVARIANTS: tuple[Invariant, ...] = (
@@ -470,19 +464,3 @@ INVARIANTS_BY_NAME: dict[str, Invariant] = {i.name: i for i in INVARIANTS}
 def in_scope(inv: Invariant, scope: Scope | None) -> bool:
     """Scope `api` includes the `step` invariants (they hold between API actions too)."""
     return scope is None or inv.scope == scope or (scope == "api" and inv.scope == "step")
-
-
-def violated(ops: Ops, lay: Layout, s: State, scope: Scope | None = None,
-             only: tuple[Invariant, ...] = INVARIANTS) -> list[Invariant]:
-    """Invariants (of a scope, or all; among `only`) that do not hold in concrete state s.
-
-    On concrete values the quadratic ones use their one-pass companions in
-    `fastcheck.py` (tested to agree exactly with the definitions here).
-    """
-    from .fastcheck import FAST
-
-    def holds(inv: Invariant) -> bool:
-        fast = FAST.get(inv.name) if not ops.symbolic else None
-        return bool(fast(lay, s)) if fast is not None else bool(inv.predicate(ops, lay, s))
-
-    return [inv for inv in only if in_scope(inv, scope) and not holds(inv)]

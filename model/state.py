@@ -22,6 +22,7 @@ from .config import (
     SeqStatus,
 )
 from .logic import Array, Ops, Term
+from .overrides import named
 from .sparse import SparseArray
 
 COPY_STREAM_OFFSET = 0  # the copy stream's id is num_sequences (compute streams are 0..S-1)
@@ -76,6 +77,55 @@ class State:
 
 
 STATE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(State))
+
+
+# ---- the schema: every field's index domain and value kind, declared once -----------------
+# Domains: "page" (P records), "slot" (level, pool group, slot), "seq" (S sequences),
+# "entry" (sequence, life cycle, ordinal), "pocket" (sequence, life cycle, position),
+# "scalar", and "concrete" (token content, never symbolic). Kinds: "bool", "int", or the
+# id of an element: "page" (NONE or a page), "seq" (a sequence or stream), "slot" (NO_SLOT
+# or a slot number). The Z3 engines, the counterexample printer and the incremental
+# checker read their field lists from here; `tests/model/test_schema.py` checks it
+# against `State` and Init.
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    domain: str
+    kind: str
+
+
+SCHEMA: tuple[FieldSpec, ...] = (
+    *(FieldSpec(n, "page", k) for n, k in (
+        ("alive", "bool"), ("lc", "int"), ("committed", "bool"), ("level", "int"),
+        ("slot", "slot"), ("locks", "int"), ("holds", "int"), ("queued", "bool"),
+        ("stamp", "int"), ("owner", "seq"), ("ordinal", "int"), ("key", "int"),
+        ("dst_level", "int"), ("dst_slot", "slot"))),
+    FieldSpec("slot_owner", "slot", "page"), FieldSpec("slot_busy", "slot", "seq"),
+    *(FieldSpec(n, "seq", "int") for n in (
+        "seq_status", "commit_state", "capacity", "history", "committed_tokens")),
+    FieldSpec("entry", "entry", "page"), FieldSpec("entry_locked", "entry", "bool"),
+    FieldSpec("index", "entry", "slot"), FieldSpec("pocket", "pocket", "page"),
+    *(FieldSpec(n, "scalar", k) for n, k in (
+        ("clock", "int"), ("fault_alloc", "bool"), ("fault_copy", "bool"),
+        ("bad_pop", "bool"), ("unsynced_reuse", "bool"))),
+    FieldSpec("tokens", "concrete", "int"), FieldSpec("block_keys", "concrete", "int"),
+)
+SCHEMA_BY_NAME: dict[str, FieldSpec] = {f.name: f for f in SCHEMA}
+
+
+def fields_in(*domains: str) -> tuple[str, ...]:
+    """The fields over these index domains, in declaration order."""
+    return tuple(f.name for f in SCHEMA if f.domain in domains)
+
+
+PAGE_FIELDS = fields_in("page")
+SEQ_FIELDS = fields_in("seq")
+ENTRY_FIELDS = fields_in("entry")
+SCALAR_FIELDS = fields_in("scalar")
+CONCRETE_FIELDS = fields_in("concrete")
+ARRAY_FIELDS = fields_in("page", "slot", "seq", "entry", "pocket")  # what Z3 reads as arrays
 _FIELD_SET = frozenset(STATE_FIELDS)
 
 
@@ -265,6 +315,25 @@ def evictable(ops: Ops, cfg: KVConfig, s: State, p: Term) -> Term:
         ops.and_(ops.eq(st, int(PageStatus.DROPPABLE)), ops.lookup(s.committed, p, False)),
         ops.and_(ops.eq(st, int(PageStatus.HELD)), ops.lt(ops.lookup(s.level, p, 0), cfg.last_level)),
     )
+
+
+def stale(ops: Ops, cfg: KVConfig, lc: int, o: int, h: Term,
+          start_label: str | None = None) -> Term:
+    """The window rule, the model's one statement of it: block o of life cycle lc is out of
+    the window at history h. The newest token sits at position h, so the window starts at
+    h + 1 - window, and a block is stale once its last token is before that; sink blocks
+    and life cycles without a window never are. The API programs pass `start_label`, so a
+    verifier can override the start they decide on (a spec mutant); the invariants do not,
+    so they still state the rule a mutated program breaks. `config.stale_range` is its
+    closed form, which the impl reads (`tests/model/test_window.py` checks they agree)."""
+    life = cfg.life_cycles[lc]
+    t = cfg.tokens_per_block
+    if life.window is None or o < -(-life.sink_tokens // t):
+        return ops.const(False)
+    start = ops.sub(ops.add(h, 1), life.window)
+    if start_label is not None:
+        start = named(ops, start_label, start)
+    return ops.le((o + 1) * t, start)
 
 
 def page_ids(ops: Ops, lay: Layout, s: State, flags: Array | None = None) -> Iterable[int]:

@@ -12,10 +12,8 @@ from kvpocket.model import Model
 from kvpocket.model.errors import UsageError
 from kvpocket.model.machine import SPARSE_ABOVE
 from kvpocket.model.sparse import SparseArray
-from kvpocket.model.state import STATE_FIELDS, State
+from kvpocket.model.state import CONCRETE_FIELDS, STATE_FIELDS, State
 from kvpocket.verify.presets import PRESETS
-
-CONCRETE_ONLY = {"tokens", "block_keys"}
 
 
 def reachable(preset: str, seed: int, steps: int, sparse: bool = False,
@@ -51,7 +49,7 @@ def random_calls(m: Model, seed: int, steps: int) -> Iterator[str]:
 
 
 def perturb(s: State, rng: random.Random) -> State:
-    name = rng.choice([f for f in STATE_FIELDS if f not in CONCRETE_ONLY])
+    name = rng.choice([f for f in STATE_FIELDS if f not in CONCRETE_FIELDS])
     value = getattr(s, name)
     changed: object
     if isinstance(value, (tuple, SparseArray)):

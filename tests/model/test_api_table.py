@@ -18,7 +18,7 @@ from kvpocket.model.spec import spec_json
 from kvpocket.verify.conformance.lockstep import Lockstep
 from kvpocket.verify.presets import preset
 from kvpocket.verify.proofs.bounded import api_instances
-from kvpocket.verify.traces.alphabet import alphabet, check_params
+from kvpocket.verify.traces.alphabet import alphabet, api_form, check_params
 from kvpocket.verify.traces.trace import parse_events, parse_trace
 from kvpocket.verify.traces.tracecheck import check_events
 
@@ -116,3 +116,20 @@ def test_recorded_chooser_policies() -> None:
     left.choose("slot", [1], [1])
     assert left.left() == {"slot": [2]}
     assert set(CHOICE_KINDS) == {"slot", "victim", "pocket"}
+
+
+def test_one_validator_reads_both_forms_of_the_table() -> None:
+    """Traces name commit's tokens by count, event logs carry them; one validator reads
+    either form, and only an event log may name the copy stream "copy"."""
+    check_params("commit", {"seq": 0, "n": 2})
+    with pytest.raises(ValueError, match="takes parameters"):
+        check_params("commit", {"seq": 0, "tokens": [1]})
+    events = api_form()
+    check_params("commit", {"seq": 0, "tokens": [1, 2]}, events, events=True)
+    with pytest.raises(ValueError, match="carry the committed"):
+        check_params("commit", {"seq": 0, "n": 2}, events, events=True)
+    check_params("advance", {"stream": "copy"}, events, events=True)
+    with pytest.raises(ValueError, match="must be an int"):
+        check_params("advance", {"stream": "copy"})
+    with pytest.raises(ValueError, match="list of ints"):
+        check_params("create", {"seq": 0, "prompt": [True]}, events, events=True)

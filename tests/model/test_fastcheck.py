@@ -79,3 +79,30 @@ def test_victim_fast_path_agrees_with_the_definition(preset: str, order: str) ->
                     assert bool(fast(p)) == bool(slow), (preset, seed, level, pg, p)
                     heads += bool(slow)
     assert heads > 0, "the sampled states have queued pages"
+
+
+def test_derived_checks_look_where_the_statement_can_fail() -> None:
+    """The records a derived check visits are read off the one-page statement: a guard
+    false at Init narrows them to the records its fields use; a guard true at Init (or
+    none) leaves every field the statement reads; a guard that reads another domain (the
+    pocket) leaves every record."""
+    from kvpocket.model.fastcheck import _page_scope
+    from kvpocket.model.invariants import ForEachPage
+    from kvpocket.model.pages import in_pocket
+    from kvpocket.model.state import Layout
+
+    lay = Layout(PRESETS["two-level"].config)
+
+    def where(name: str) -> tuple[str, ...] | None:
+        form = INVARIANTS_BY_NAME[name].per_page
+        assert form is not None, name
+        return _page_scope(lay, name, form).where
+
+    assert where("locked_at_gpu") == ("locks",)
+    assert where("migrations_reserved") == ("dst_level",)
+    assert where("no_migration_in_flight") == ("dst_level",)
+    assert where("dead_pages_are_blank") == ("alive", "dst_level", "holds", "locks", "queued",
+                                             "slot")
+    odd = ForEachPage(when=lambda ops, lay, s, p: in_pocket(ops, s, p),
+                      then=lambda ops, lay, s, p: s.alive[p])
+    assert _page_scope(lay, "_odd", odd).where is None

@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_helpers import perturb, random_calls, reachable
 
+from kvpocket.model.fastcheck import ReadRecorder, violated
 from kvpocket.model.incremental import (
     IncrementalChecker,
-    _ReadRecorder,
     fields_read,
     fields_read_by_evaluation,
     miniature,
 )
-from kvpocket.model.invariants import INVARIANTS, violated
+from kvpocket.model.invariants import INVARIANTS
 from kvpocket.model.logic import CONCRETE
 from kvpocket.model.state import Layout, State
 from kvpocket.verify.presets import PRESETS
@@ -36,7 +36,7 @@ def test_fields_read_do_not_depend_on_the_state(preset: str, seed: int, steps: i
         s = perturb(s, rng)
     expected = fields_read(m.layout)
     for inv in INVARIANTS:
-        rec = _ReadRecorder(s)
+        rec = ReadRecorder(s)
         inv.predicate(CONCRETE, m.layout, rec)  # type: ignore[arg-type]
         assert tuple(sorted(rec.read)) == expected[inv.name], inv.name
 

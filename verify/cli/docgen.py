@@ -14,10 +14,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from kvpocket.model.fastcheck import HAND_WRITTEN
+from kvpocket.model.invariants import INVARIANTS
 from kvpocket.model.spec import markdown_tables, mermaid_page_life
 from kvpocket.verify.cli.archgen import GENERATORS as ARCHITECTURE
 from kvpocket.verify.cli.commands import build_parser
 from kvpocket.verify.presets import DEFAULT_PRESET, preset
+from kvpocket.verify.proofs.parametric import PARAMETRIC_INVARIANTS, RESTATED
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -80,7 +83,32 @@ def cli_reference() -> str:
     return "\n".join(out)
 
 
+def invariant_engines() -> str:
+    """Per invariant: where each engine's form comes from (docs/architecture.md)."""
+    param = {i.name: i for i in PARAMETRIC_INVARIANTS}
+    lines = ["| invariant | executable check (full, local) | parametric proof (every size) |",
+             "|---|---|---|"]
+    for inv in INVARIANTS:
+        if inv.per_page is not None:
+            fast = "derived from the one-page form"
+        elif inv.name in HAND_WRITTEN:
+            fast = f"hand-written: {HAND_WRITTEN[inv.name]}"
+        else:
+            fast = "the definition itself"
+        if inv.name not in param:
+            proof = "not among its invariants"
+        elif inv.name in RESTATED:
+            proof = f"restated: {RESTATED[inv.name]}"
+        elif inv.per_page is not None:
+            proof = "derived: the one-page form over the page sort"
+        else:
+            proof = "derived: the definition as it is"
+        lines.append(f"| `{inv.name}` | {fast} | {proof} |")
+    return "\n".join(lines)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "invariant-engines": invariant_engines,
     "page-life": lambda: "```mermaid\n" + mermaid_page_life() + "\n```",
     "spec-tables": lambda: markdown_tables(preset(DEFAULT_PRESET)),
     "proof-status": proof_status,

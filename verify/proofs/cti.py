@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from kvpocket.model.config import NONE, CommitState, SeqStatus
-from kvpocket.model.state import Layout, State
-
-PAGE_FIELDS = ("alive", "lc", "committed", "level", "slot", "locks", "holds", "queued", "stamp",
-               "owner", "ordinal", "key", "dst_level", "dst_slot")
-SEQ_FIELDS = ("seq_status", "commit_state", "capacity", "history", "committed_tokens")
-ENTRY_FIELDS = ("entry", "entry_locked", "index")
-SCALARS = ("clock", "fault_alloc", "fault_copy", "bad_pop", "unsynced_reuse")
+from kvpocket.model.state import (
+    ARRAY_FIELDS,
+    ENTRY_FIELDS,
+    PAGE_FIELDS,
+    SCALAR_FIELDS,
+    SEQ_FIELDS,
+    Layout,
+    State,
+)
 
 
 def describe_state(lay: Layout, s: State) -> list[str]:
@@ -55,7 +57,7 @@ def describe_state(lay: Layout, s: State) -> list[str]:
             pocket = [s.pocket[i] for i in lay.pocket_range(q, lc)]
             if any(x != NONE for x in pocket):
                 lines.append(f"pocket (seq {q}, lc {lc}): {list(pocket)}")
-    for f in SCALARS:
+    for f in SCALAR_FIELDS:
         v, d = getattr(s, f), getattr(init, f)
         if v != d:
             lines.append(f"{f}={v}")
@@ -71,16 +73,14 @@ def _pv(name: str, v: object) -> str:
 def state_diff(lay: Layout, a: State, b: State) -> list[str]:
     """Field-level changes from a to b."""
     out = []
-    for f in fields(State):
-        if f.name in ("tokens", "block_keys"):
-            continue
-        x, y = getattr(a, f.name), getattr(b, f.name)
+    for name in (*ARRAY_FIELDS, *SCALAR_FIELDS):
+        x, y = getattr(a, name), getattr(b, name)
         if isinstance(x, tuple):
             for i, (u, v) in enumerate(zip(x, y, strict=True)):
                 if u != v:
-                    out.append(f"{f.name}[{i}]: {u} -> {v}")
+                    out.append(f"{name}[{i}]: {u} -> {v}")
         elif x != y:
-            out.append(f"{f.name}: {x} -> {y}")
+            out.append(f"{name}: {x} -> {y}")
     return out
 
 

@@ -53,7 +53,7 @@ import z3
 from kvpocket.model.config import GPU_LEVEL, CommitState, KVConfig, SeqStatus
 from kvpocket.model.logic import CONCRETE, Array, Term
 from kvpocket.model.pages import PAGE_ACTIONS, PageAction, Params, pocket_size_all
-from kvpocket.model.state import Layout, State
+from kvpocket.model.state import SCHEMA, SCHEMA_BY_NAME, Layout, State
 
 NIL = -1
 # Comparing an element with its sort's size is a membership test: `lay.seqs` is this.
@@ -528,26 +528,21 @@ class EprLayout(Layout):
 # ---- the state -----------------------------------------------------------------------
 
 def field_shapes(cfg: KVConfig) -> dict[str, tuple[tuple[Dim, ...], str]]:
-    """Index dimensions and value kind of every array of `State`."""
-    lv, g, lcs, cap = cfg.num_levels, cfg.num_pool_groups, cfg.num_life_cycles, cfg.pocket.capacity
-    page: tuple[Dim, ...] = ("page",)
-    shapes: dict[str, tuple[tuple[Dim, ...], str]] = {
-        "alive": (page, "bool"), "lc": (page, "int"), "committed": (page, "bool"),
-        "level": (page, "int"), "slot": (page, "slot"), "locks": (page, "int"),
-        "holds": (page, "int"), "queued": (page, "bool"), "stamp": (page, "int"),
-        "owner": (page, "seq"), "ordinal": (page, "int"), "key": (page, "int"),
-        "dst_level": (page, "int"), "dst_slot": (page, "slot"),
-        "slot_owner": ((lv, g, "slot"), "page"), "slot_busy": ((lv, g, "slot"), "seq"),
-        "entry": (("seq", lcs, "ord"), "page"), "entry_locked": (("seq", lcs, "ord"), "bool"),
-        "index": (("seq", lcs, "ord"), "slot"), "pocket": (("seq", lcs, cap), "page"),
-    }
-    for name in ("seq_status", "commit_state", "capacity", "history", "committed_tokens"):
-        shapes[name] = (("seq",), "int")
+    """Index dimensions and value kind of every array of `State` (`state.SCHEMA`)."""
+    lcs, cap = cfg.num_life_cycles, cfg.pocket.capacity
+    dims: dict[str, tuple[Dim, ...]] = {
+        "page": ("page",), "seq": ("seq",), "entry": ("seq", lcs, "ord"),
+        "pocket": ("seq", lcs, cap)}
+    shapes: dict[str, tuple[tuple[Dim, ...], str]] = {}
+    for f in SCHEMA:
+        if f.domain == "slot":  # one function per (level, pool group)
+            shapes[f.name] = ((cfg.num_levels, cfg.num_pool_groups, "slot"), f.kind)
+        elif f.domain in dims:
+            shapes[f.name] = (dims[f.domain], f.kind)
     return shapes
 
 
-SCALARS = {"clock": "int", "fault_alloc": "bool", "fault_copy": "bool", "bad_pop": "bool",
-           "unsynced_reuse": "bool"}
+SCALARS = {f.name: f.kind for f in SCHEMA if f.domain == "scalar"}
 
 
 def symbolic_state(uni: Universe, prefix: str) -> State:
@@ -800,11 +795,11 @@ class Alpha:
             out = [((self.uni.elements["page"][i],), i) for i in range(lay.pages)]
         elif dims == ("seq",):
             out = [((self.uni.elements["seq"][i],), i) for i in range(lay.seqs)]
-        elif name in ("slot_owner", "slot_busy"):
+        elif SCHEMA_BY_NAME[name].domain == "slot":
             for flat in range(lay.total_slots):
                 lv, g, x = lay.slot_coords(flat)
                 out.append(((lv, g, self.uni.elements["slot"][x]), flat))
-        elif name == "pocket":
+        elif SCHEMA_BY_NAME[name].domain == "pocket":
             for q in range(lay.seqs):
                 for lc in range(lay.lcs):
                     for k in range(lay.pocket_cap):

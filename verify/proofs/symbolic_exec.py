@@ -25,7 +25,7 @@ that `when` skipped and its condition negated into the enabling condition.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import z3
@@ -34,18 +34,9 @@ from kvpocket.model.config import NONE
 from kvpocket.model.errors import UsageError
 from kvpocket.model.logic import Term
 from kvpocket.model.pages import PAGE_ACTIONS, Params
-from kvpocket.model.state import Layout, State
+from kvpocket.model.state import ARRAY_FIELDS, SCALAR_FIELDS, Layout, State
 from kvpocket.verify.proofs.bounded import Instance
 from kvpocket.verify.proofs.z3ops import Z3OPS, Z3Ops, Z3Term, int_var, lit, py_int, same, tag, to_z3, values
-
-CONCRETE_ONLY = ("tokens", "block_keys")
-ARRAY_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in fields(State)
-    if f.name not in CONCRETE_ONLY and f.name not in
-    ("clock", "fault_alloc", "fault_copy", "bad_pop", "unsynced_reuse")
-)
-SCALAR_FIELDS: tuple[str, ...] = ("clock", "fault_alloc", "fault_copy", "bad_pop",
-                                  "unsynced_reuse")
 
 Slot = tuple[str, int | None]  # (field, index) of one state variable; None for scalars
 

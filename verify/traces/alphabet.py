@@ -26,18 +26,37 @@ def alphabet() -> dict[str, tuple[Param, ...]]:
     return {name: trace_params(name) for name in API}
 
 
-def check_params(action: str, params: dict[str, Any]) -> None:
-    """A trace line's action and parameters, validated with a clear message."""
-    if action not in API:
-        raise ValueError(f"unknown action '{action}'; expected one of {', '.join(API)}")
-    want = {p.name for p in trace_params(action)}
-    got = set(params)
-    if want != got:
-        raise ValueError(f"action '{action}' takes parameters {sorted(want)}, got {sorted(got)}")
-    for p in trace_params(action):
+def api_form() -> dict[str, tuple[Param, ...]]:
+    """Every action of the table with its own parameters (the form event logs carry)."""
+    return {name: a.params for name, a in API.items()}
+
+
+def check_params(action: object, params: dict[str, Any],
+                 form: dict[str, tuple[Param, ...]] | None = None, events: bool = False) -> None:
+    """The one validator of an action call: its name and parameters against the table, in
+    the trace form (`alphabet()`, the default) or another (`api_form()`; pass it once per
+    log rather than per line). `events`: an event log's line, whose copy stream may be
+    named "copy". A ValueError names the action, the parameter and what it takes."""
+    table = alphabet() if form is None else form
+    if not isinstance(action, str) or action not in table:
+        raise ValueError(f"unknown action {action!r}; expected one of {', '.join(table)}")
+    want = table[action]
+    names = {p.name for p in want}
+    if set(params) != names:
+        hint = " (event logs carry the committed \"tokens\", not \"n\")" \
+            if events and "n" in params else ""
+        raise ValueError(f"action '{action}' takes parameters {sorted(names)}, "
+                         f"got {sorted(params)}{hint}")
+    for p in want:
         v = params[p.name]
         if p.kind == "tokens":
-            if not isinstance(v, list) or not all(isinstance(x, int) for x in v):
+            if not isinstance(v, list) or not all(_is_int(x) for x in v):
                 raise ValueError(f"parameter '{p.name}' of '{action}' must be a list of ints")
-        elif isinstance(v, bool) or not isinstance(v, int):
+        elif events and p.kind == "stream" and v == "copy":
+            continue
+        elif not _is_int(v):
             raise ValueError(f"parameter '{p.name}' of '{action}' must be an int, got {v!r}")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvpocket.model import errors as model_errors
-from kvpocket.model.api import API
+from kvpocket.model.api import API, Param
 from kvpocket.model.config import ConfigError, KVConfig
 from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS
-from kvpocket.verify.traces.alphabet import check_params, trace_params
+from kvpocket.verify.traces.alphabet import api_form, check_params, trace_params
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
@@ -689,37 +689,26 @@ class EventStream:
         return self._frame.last_line
 
     def __iter__(self) -> Iterator[Event]:
-        known = event_params()
+        known = api_form()
         for lineno, obj in self._frame.body():
             yield _event(lineno, obj, self.name, known)
 
 
 def _event(lineno: int, obj: dict[str, Any], name: str,
-           known: dict[str, tuple[str, ...]]) -> Event:
+           known: dict[str, tuple[Param, ...]]) -> Event:
     where = f"{name}:{lineno}"
     action, params = obj["action"], obj["params"]
     if obj.get("layer", "api") != "api":
         raise TraceError(f"{where}: event logs hold API events only (layer \"api\")")
-    if action not in known:
-        raise TraceError(f"{where}: unknown action {action!r}; expected one of "
-                         + ", ".join(known))
     if not isinstance(params, dict):
         raise TraceError(f"{where}: \"params\" must be an object")
-    want = set(known[action])
-    if set(params) != want:
-        hint = " (event logs carry the committed \"tokens\", not \"n\")" if "n" in params else ""
-        raise TraceError(f"{where}: action '{action}' takes parameters {sorted(want)}, "
-                         f"got {sorted(params)}{hint}")
-    for k, v in params.items():
-        if k in ("prompt", "tokens"):
-            if not isinstance(v, list) or not all(_is_int(x) for x in v):
-                raise TraceError(f"{where}: parameter '{k}' must be a list of ints")
-        elif k == "stream" and v == "copy":
-            continue
-        elif not _is_int(v):
-            raise TraceError(f"{where}: parameter '{k}' must be an int, got {v!r}")
-        elif k == "seq" and v < 0:
-            raise TraceError(f"{where}: parameter 'seq' must be a sequence id >= 0, got {v}")
+    try:
+        check_params(action, params, known, events=True)
+    except ValueError as exc:
+        raise TraceError(f"{where}: {exc}") from None
+    seq = params.get("seq")
+    if isinstance(seq, int) and seq < 0:
+        raise TraceError(f"{where}: parameter 'seq' must be a sequence id >= 0, got {seq}")
     ev = Event(lineno, action, params)
     if "choices" in obj:
         ev.choices = _choices(obj["choices"], where)
