@@ -34,7 +34,7 @@ from .pages import (
     still_valid,
     victim_cond,
 )
-from .state import State, evolve, page_ids, status
+from .state import State, dead_page_ids, evolve, page_ids, status
 
 # ---- small derived terms -------------------------------------------------------------------
 
@@ -217,7 +217,7 @@ def allocate_block(ex: Executor, seq: int, lc: int, o: int) -> None:
     ops, lay = ex.ops, ex.lay
     slot = take_slot(ex, GPU_LEVEL, lay.cfg.pool_group_of(lc))
     page = ex.choose("page", range(lay.pages), lambda p: ops.not_(ex.s.alive[p]),
-                     same=lambda p: ())
+                     same=lambda p: (), among=lambda: dead_page_ids(ops, lay, ex.s))
     for _ in ex.when(ops.eq(page, NONE)):
         ex.fail("no free page record")
     ex.do("allocate", page=page, seq=seq, lc=lc, ordinal=o, slot=slot)

@@ -34,7 +34,7 @@ class SparseArray(Sequence[Any]):
     """An immutable array of `length` values, `default` except at the stored positions."""
 
     __slots__ = ("_base", "_counts", "_hash", "_key", "_merged", "_overlay", "_parent",
-                 "_prev_base", "default", "length", "segments")
+                 "_prev_base", "_unused_from", "default", "length", "segments")
 
     def __init__(self, length: int, default: Any, values: dict[int, Any] | None = None,
                  segments: tuple[int, ...] = (0,)) -> None:
@@ -57,15 +57,19 @@ class SparseArray(Sequence[Any]):
         # the array this one was written from (position `_key`), back to the last fold
         self._parent: SparseArray | None = None
         self._key = -1
+        # every position below this one holds a non-default value (`default_positions`)
+        self._unused_from = 0
 
     def _make(self, base: dict[int, Any], overlay: dict[int, Any],
               prev_base: dict[int, Any] | None, merged: frozenset[int],
-              parent: SparseArray | None, key: int, counts: tuple[int, ...]) -> SparseArray:
+              parent: SparseArray | None, key: int, counts: tuple[int, ...],
+              unused_from: int) -> SparseArray:
         new = object.__new__(SparseArray)
         new.length, new.default, new.segments, new._base, new._overlay, new._hash = (
             self.length, self.default, self.segments, base, overlay, None)
         new._prev_base, new._merged, new._parent, new._key = prev_base, merged, parent, key
         new._counts = counts
+        new._unused_from = unused_from
         return new
 
     # ---- reading --------------------------------------------------------------------------
@@ -126,6 +130,23 @@ class SparseArray(Sequence[Any]):
             return self._counts[k]
         return sum(1 for i, _ in self.items() if lo <= i < hi)
 
+    def default_positions(self) -> Iterator[int]:
+        """The positions holding the default value, ascending (lazily). The lowest is
+        remembered from write to write, so finding it costs what changed since, not every
+        stored position (the model takes the lowest unused page record on every
+        allocation)."""
+        overlay, base, default = self._overlay, self._base, self.default
+        i, lowest = self._unused_from, True
+        while i < self.length:
+            v = overlay.get(i, _MISSING)
+            if v is _MISSING:
+                v = base.get(i, default)
+            if v == default:
+                if lowest:  # every position before i holds a non-default value
+                    self._unused_from, lowest = i, False
+                yield i
+            i += 1
+
     # ---- writing ------------------------------------------------------------------------
     def set(self, i: int, value: Any) -> SparseArray:
         """A new array with position i set to value (this one is unchanged)."""
@@ -156,7 +177,8 @@ class SparseArray(Sequence[Any]):
                 else:
                     base[k] = v
             overlay = {}
-        return self._make(base, overlay, prev_base, merged, parent, i, counts)
+        unused_from = min(self._unused_from, i) if value == self.default else self._unused_from
+        return self._make(base, overlay, prev_base, merged, parent, i, counts, unused_from)
 
     def changed_since(self, older: SparseArray) -> builtins.set[int] | None:
         """A superset of the positions where this array differs from `older`, when both

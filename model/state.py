@@ -277,5 +277,14 @@ def page_ids(ops: Ops, lay: Layout, s: State, flags: Array | None = None) -> Ite
     return range(lay.pages)
 
 
+def dead_page_ids(ops: Ops, lay: Layout, s: State) -> Iterable[int]:
+    """The unused page records, ascending (a superset of them for terms): in a sparse state
+    found from the lowest one, which the array remembers, so taking a new page record
+    costs what changed since the last one, not the pages in use."""
+    if not ops.symbolic and isinstance(s.alive, SparseArray) and s.alive.default is False:
+        return s.alive.default_positions()
+    return range(lay.pages)
+
+
 def with_fields(s: State, **changes: Term) -> State:
     return replace(s, **changes)

@@ -47,6 +47,23 @@ def test_reads_like_the_tuple_it_stands_for(writes: list[tuple[int, int]], seg: 
 
 
 @settings(max_examples=60, deadline=None)
+@given(writes=st.lists(st.tuples(st.integers(0, 39), st.booleans(), st.booleans()), max_size=200))
+def test_default_positions_are_the_unused_ones_after_any_writes(
+        writes: list[tuple[int, bool, bool]]) -> None:
+    """The remembered lowest unused position follows writes either way (a used position
+    freed below it, the lowest one taken), read or not between writes, on every version."""
+    arr = SparseArray(40, False)
+    versions = [arr]
+    for i, value, read in writes:
+        arr = arr.set(i, value)
+        versions.append(arr)
+        if read:
+            assert list(arr.default_positions()) == [k for k in range(40) if not arr[k]]
+    for a in versions:  # older versions keep their own answer
+        assert list(a.default_positions()) == [k for k in range(40) if not a[k]]
+
+
+@settings(max_examples=60, deadline=None)
 @given(before=writes, after=writes)
 def test_changed_since_names_every_position_that_differs(
         before: list[tuple[int, int]], after: list[tuple[int, int]]) -> None:
