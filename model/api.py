@@ -23,7 +23,7 @@ from .errors import (
 )
 from .executor import Executor
 from .logic import Term, any_equal, count_equal
-from .overrides import named
+from .overrides import any_override, named
 from .pages import (
     POCKET_NOT_FULL,
     STILL_VALID,
@@ -284,21 +284,7 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
         f"resize: capacity {capacity} exceeds max_blocks * tokens_per_block = {cfg.max_capacity}"))
     ex.do("set_lengths", seq=seq, capacity=capacity, history=history,
           committed=ex.s.committed_tokens[seq])
-    swa = [i for i, lc in enumerate(cfg.life_cycles) if lc.is_swa]
-    every = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
-
-    # Which blocks leave the window, shrink away or grow depends on the lengths only, not
-    # on the state the phases below change: decided once per block. On plain values a
-    # block whose condition is False is skipped (its `ex.when` would not run); on Z3
-    # terms nothing is skipped, so both readers take the same program.
-    was_in = [_in_cap(ex, o, old_cap) for o in range(lay.blocks)]
-    now_in = [_in_cap(ex, o, capacity) for o in range(lay.blocks)]
-    stale_now = {(lc, o): _stale(ex, lc, o, history) for lc, o in every}
-    leaving = {(lc, o): ops.and_(was_in[o], ops.not_(_stale(ex, lc, o, old_h)), stale_now[lc, o])
-               for lc in swa for o in range(lay.blocks)}
-    shrinking = {(lc, o): ops.and_(was_in[o], ops.not_(now_in[o])) for lc, o in every}
-    growing = {(lc, o): ops.and_(ops.not_(was_in[o]), now_in[o], ops.not_(stale_now[lc, o]))
-               for lc, o in every}
+    leaving, shrinking, growing = _resize_blocks(ex, old_cap, capacity, old_h, history)
 
     def maybe(cond: dict[tuple[int, int], Term], keys: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         return [k for k in keys if cond[k] is not False]
@@ -347,6 +333,45 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
             ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
         for _ in ex.when(ops.and_(held, ops.not_(committed), ops.not_(allowed))):
             park_or_release(ex, seq, lc, o, page)
+
+
+Blocks = dict[tuple[int, int], Term]  # a condition per (life cycle, ordinal)
+
+
+def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, history: Term
+                   ) -> tuple[Blocks, Blocks, Blocks]:
+    """Which blocks of a resize leave the window, shrink away or grow (`resize`'s phases).
+
+    It depends on the lengths only, not on the state the phases change: decided once per
+    block. On plain values a block whose condition is False is skipped (its `ex.when`
+    would not run); on Z3 terms nothing is skipped, so both readers take the same program.
+    On plain values without overrides the answer is remembered per layout and lengths
+    (a resize per decoded token would otherwise re-derive it for every block)."""
+    ops, lay = ex.ops, ex.lay
+    memo = None
+    if not ops.symbolic and not any_override():
+        memo = lay.memo.setdefault("resize_blocks", {})
+        found = memo.get((old_cap, capacity, old_h, history))
+        if found is not None:
+            return found
+    swa = [i for i, lc in enumerate(lay.cfg.life_cycles) if lc.is_swa]
+    every = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
+    was_in = [_in_cap(ex, o, old_cap) for o in range(lay.blocks)]
+    now_in = [_in_cap(ex, o, capacity) for o in range(lay.blocks)]
+    stale_now = {(lc, o): _stale(ex, lc, o, history) for lc, o in every}
+    leaving = {(lc, o): ops.and_(was_in[o], ops.not_(_stale(ex, lc, o, old_h)), stale_now[lc, o])
+               for lc in swa for o in range(lay.blocks)}
+    shrinking = {(lc, o): ops.and_(was_in[o], ops.not_(now_in[o])) for lc, o in every}
+    growing = {(lc, o): ops.and_(ops.not_(was_in[o]), now_in[o], ops.not_(stale_now[lc, o]))
+               for lc, o in every}
+    if memo is not None:
+        if len(memo) >= _RESIZE_MEMO_SIZE:
+            memo.clear()
+        memo[old_cap, capacity, old_h, history] = (leaving, shrinking, growing)
+    return leaving, shrinking, growing
+
+
+_RESIZE_MEMO_SIZE = 4096  # remembered lengths per layout (the answers are read, never changed)
 
 
 def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:

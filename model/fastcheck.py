@@ -26,7 +26,7 @@ from .config import (
     stale_range,
 )
 from .logic import CONCRETE, Array
-from .sparse import SparseArray, used_items
+from .sparse import SparseArray, used_in, used_items
 from .state import IDLE, Layout, State
 
 Check = Callable[[Layout, State], bool]
@@ -353,12 +353,21 @@ Local = Callable[[Layout, State, Delta], "bool | None"]
 
 def _per_page(check_at: Callable[[Layout, State, Iterable[int]], bool],
               globals_read: tuple[str, ...] = ()) -> Local:
-    """A per-page invariant: only the changed pages, while its other inputs are the same."""
+    """A per-page invariant: only the changed pages. One that reads the pocket too (whether
+    a page is parked) also looks at the pages that entered or left a changed position."""
     def local(lay: Layout, s: State, d: Delta) -> bool | None:
-        if d.changed.intersection(globals_read):
-            return None
         pages = d.at(*PAGE_FIELDS)
-        return None if pages is None else check_at(lay, s, pages)
+        if pages is None:
+            return None
+        if d.changed.intersection(globals_read):
+            if set(globals_read) != {"pocket"}:
+                return None
+            moved = d.at("pocket")
+            if moved is None:
+                return None
+            pages = pages | {st.pocket[k] for k in moved for st in (d.old, s)}
+            pages = {p for p in pages if _page_ok(lay, p)}
+        return check_at(lay, s, pages)
     return local
 
 
@@ -525,11 +534,44 @@ def _window_local(lay: Layout, s: State, d: Delta) -> bool | None:
         if not all(0 <= seq < lay.seqs for seq in seqs):
             return None
         per_seq = lay.lcs * lay.blocks
-        for seq in seqs:  # every block of a changed sequence
+        whole: set[int] = set()
+        for seq in seqs:
+            moved = _window_moved(lay, d.old, s, seq)
+            if moved is None:
+                whole.add(seq)
+            else:
+                entries |= moved
+        for seq in whole:  # every block of a sequence whose status changed
             if not _window_seq_ok(lay, s, seq):
                 return False
-        entries = {e for e in entries if e // per_seq not in seqs}
+        entries = {e for e in entries if e // per_seq not in whole}
     return all(_window_ok(lay, s, e) for e in entries)
+
+
+def _window_moved(lay: Layout, old: State, new: State, seq: int) -> set[int] | None:
+    """When only the lengths of `seq` changed (its status and commit state did not): the
+    entry positions whose block changed sides of the capacity or of the stale range, the
+    only blocks `_window_ok` judges by other rules now (speed: a resize per decoded token
+    moves a block or two, not the whole sequence). None when more changed."""
+    if old.seq_status[seq] != new.seq_status[seq] \
+            or old.commit_state[seq] != new.commit_state[seq]:
+        return None
+    t, blocks = lay.cfg.tokens_per_block, lay.blocks
+
+    def clipped(lo: int, hi: int) -> set[int]:
+        return set(range(max(0, lo), min(blocks, hi)))
+
+    w_old, w_new = -(-old.capacity[seq] // t), -(-new.capacity[seq] // t)
+    cap_moved = clipped(min(w_old, w_new), max(w_old, w_new))
+    out: set[int] = set()
+    for lc_i, lc in enumerate(lay.cfg.life_cycles):
+        moved = cap_moved
+        if lc.window is not None:
+            moved = moved | (clipped(*stale_range(lc, old.history[seq], t))
+                             ^ clipped(*stale_range(lc, new.history[seq], t)))
+        base = (seq * lay.lcs + lc_i) * blocks
+        out.update(base + o for o in moved)
+    return out
 
 
 def _window_seq_ok(lay: Layout, s: State, seq: int) -> bool:
@@ -562,10 +604,10 @@ def _window_seq_ok(lay: Layout, s: State, seq: int) -> bool:
 
 def _used_entries_of(lay: Layout, s: State, seq: int) -> set[int]:
     """The entry positions of `seq` that are not at their initial values."""
-    per_seq = lay.lcs * lay.blocks
+    positions = lay.entry_range(seq)  # a few positions: read them, not every stored one
     out: set[int] = set()
     for arr, default in ((s.entry, NONE), (s.entry_locked, False), (s.index, BAD_PAGE_INDEX)):
-        out.update(e for e, _ in used_items(arr, default) if e // per_seq == seq)
+        out.update(used_in(arr, default, positions))
     return out
 
 

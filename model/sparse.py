@@ -120,6 +120,19 @@ class SparseArray(Sequence[Any]):
         """The positions whose value is not the default."""
         return {i for i, _ in self.items()}
 
+    def used_in(self, positions: range) -> list[int]:
+        """The positions of `positions` whose value is not the default, in its order (a
+        short range read without a call per position)."""
+        overlay, base, default = self._overlay, self._base, self.default
+        out = []
+        for i in positions:
+            v = overlay.get(i, _MISSING)
+            if v is _MISSING:
+                v = base.get(i, default)
+            if v != default:
+                out.append(i)
+        return out
+
     def count_used_in(self, positions: range) -> int:
         """How many positions of `positions` (a step-1 range) hold a non-default value: O(1)
         for a whole segment, else O(used)."""
@@ -196,10 +209,18 @@ class SparseArray(Sequence[Any]):
             if node is older:
                 return written
         if older._base is self._base:
-            return set(chain(older._overlay, self._overlay))
-        if older._base is self._prev_base:
-            return set(chain(older._overlay, self._merged, self._overlay))
-        return None
+            written = set(chain(older._overlay, self._overlay))
+        elif older._base is self._prev_base:
+            written = set(chain(older._overlay, self._merged, self._overlay))
+        else:
+            return None
+        # past a fold the written positions are those of whole overlays: keep the ones whose
+        # value differs (fewer positions for the checks that look at each)
+        return {i for i in written if self._value(i) != older._value(i)}
+
+    def _value(self, i: int) -> Any:
+        v = self._overlay.get(i, _MISSING)
+        return self._base.get(i, self.default) if v is _MISSING else v
 
     # ---- comparing ------------------------------------------------------------------------
     def _canonical(self) -> frozenset[tuple[int, Any]]:
@@ -237,6 +258,13 @@ def used_items(arr: Sequence[Any], default: Any) -> Iterable[tuple[int, Any]]:
     if isinstance(arr, SparseArray) and arr.default == default:
         return arr.items()
     return ((i, v) for i, v in enumerate(arr) if v != default)
+
+
+def used_in(arr: Sequence[Any], default: Any, positions: range) -> list[int]:
+    """The positions of `positions` where `arr` does not hold `default`."""
+    if isinstance(arr, SparseArray) and arr.default == default:
+        return arr.used_in(positions)
+    return [i for i in positions if arr[i] != default]
 
 
 def sparse(values: Sequence[Any], default: Any) -> SparseArray:

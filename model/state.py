@@ -108,6 +108,10 @@ class Layout:
     priority_of_lc: tuple[int, ...] = field(init=False)
     swa_of_lc: tuple[bool, ...] = field(init=False)
     _offsets: tuple[int, ...] = field(init=False)
+    # speed only: answers the executable model derives from the layout and remembers
+    # (`api._resize_blocks`); not part of the layout's value
+    memo: dict[str, Any] = field(init=False, default_factory=dict, compare=False, hash=False,
+                                 repr=False)
 
     def __post_init__(self) -> None:
         cfg = self.cfg
