@@ -20,7 +20,8 @@ from kvpocket.model.incremental import (
 )
 from kvpocket.model.invariants import INVARIANTS, violated
 from kvpocket.model.logic import CONCRETE
-from kvpocket.model.state import Layout, State
+from kvpocket.model.machine import Model
+from kvpocket.model.state import Layout, State, evolve
 from kvpocket.verify.presets import PRESETS
 
 
@@ -97,3 +98,25 @@ def test_fields_read_off_the_miniature_are_the_fields_read() -> None:
             assert miniature(cfg) != cfg
             assert fields_read_by_evaluation(Layout(miniature(cfg))) == \
                 fields_read_by_evaluation(Layout(cfg)), p.name
+
+
+@given(shift=st.integers(-3, 3), grow=st.integers(-3, 3))
+@settings(max_examples=30, deadline=None)
+def test_lengths_changed_alone_are_rechecked_where_blocks_change_sides(shift: int,
+                                                                        grow: int) -> None:
+    # A resize per decoded token re-checks only the blocks that crossed the capacity or
+    # the window's edge (`fastcheck._window_moved`). Here only the lengths change, no entry
+    # with them (a window or capacity off by one or more): the local check must see it.
+    m = Model(replace(PRESETS["two-level"].config, slots_per_level=(40, 40)), sparse_above=0)
+    m.create(0, [1, 2])
+    assert m.resume(0) and m.resize(0, 9, 8)  # 2 tokens per block, SWA window 3
+    checker = IncrementalChecker(m.layout)
+    assert checker.violated(m.state) == []
+    s = m.state
+    moved = evolve(s, history=s.history.set(0, s.history[0] + shift),
+                   capacity=s.capacity.set(0, s.capacity[0] + grow))
+    assert checker.violated(moved) == violated(CONCRETE, m.layout, moved)
+    if shift >= 2 or abs(grow) >= 2:  # a block left the window, or crossed the capacity
+        assert "window_is_mapped" in {i.name for i in checker.violated(moved)}
+    if (shift, grow) != (0, 0):
+        assert checker.local > 0  # the check of what changed ran
