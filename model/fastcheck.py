@@ -313,12 +313,66 @@ ENTRY_FIELDS = ("entry", "entry_locked", "index")
 SEQ_FIELDS = ("seq_status", "commit_state", "capacity", "history", "committed_tokens")
 
 
+class EntryRefs:
+    """Which block entries reference each page, for one `entry` array (`array`): kept by
+    the incremental checker from state to state and brought up to date from the positions
+    that changed, so a check asking which entries reference a changed page costs what
+    changed, not the entries in use (three local checks ask after most events)."""
+
+    def __init__(self) -> None:
+        self.array: Array | None = None
+        self.by_page: dict[int, set[int]] = {}
+
+    def follow(self, entry: Array, changed: set[int] | None) -> None:
+        """Bring the map to `entry`; `changed`: the positions where it may differ from the
+        array the map is for (None: unknown, rebuilt)."""
+        if entry is self.array:
+            return
+        old, by_page = self.array, self.by_page
+        if old is None or changed is None:
+            by_page.clear()
+            for e, page in used_items(entry, NONE):
+                by_page.setdefault(page, set()).add(e)
+        else:
+            for e in changed:
+                was, now = old[e], entry[e]
+                if was != now:
+                    if was != NONE:
+                        refs = by_page[was]
+                        refs.discard(e)
+                        if not refs:
+                            del by_page[was]
+                    if now != NONE:
+                        by_page.setdefault(now, set()).add(e)
+        self.array = entry
+
+
 class Delta:
     """What changed from `old` (a state whose invariants were checked) to `new`."""
 
-    def __init__(self, old: State, new: State, changed: frozenset[str]) -> None:
+    def __init__(self, old: State, new: State, changed: frozenset[str],
+                 refs: EntryRefs | None = None) -> None:
         self.old, self.new, self.changed = old, new, changed
         self._at: dict[str, set[int] | None] = {}
+        self._refs = refs
+
+    def entries_of(self, pages: set[int]) -> set[int]:
+        """The block entries (in use in `new`) that reference one of `pages`."""
+        if not pages:
+            return set()
+        refs = self._refs
+        if refs is None:
+            return _entries_of_pages(self.new, pages)
+        entry = self.new.entry
+        if refs.array is not entry:
+            known: set[int] | None = None
+            if refs.array is self.old.entry:
+                known = self._field("entry")
+            elif isinstance(entry, SparseArray) and isinstance(refs.array, SparseArray):
+                known = entry.changed_since(refs.array)
+            refs.follow(entry, known)
+        by_page = refs.by_page
+        return {e for p in pages for e in by_page.get(p, ())}
 
     def _field(self, name: str) -> set[int] | None:
         if name not in self.changed:
@@ -491,7 +545,7 @@ def _entries_live_local(lay: Layout, s: State, d: Delta) -> bool | None:
     pages = d.at("alive", "lc", "ordinal", "committed", "owner")
     if entries is None or pages is None:
         return None
-    entries |= _entries_of_pages(s, pages)
+    entries |= d.entries_of(pages)
     return _entries_live_at(lay, s, entries)
 
 
@@ -513,7 +567,7 @@ def _index_local(lay: Layout, s: State, d: Delta) -> bool | None:
     entries, pages = d.at(*ENTRY_FIELDS), d.at("slot")
     if entries is None or pages is None:
         return None
-    entries |= _entries_of_pages(s, pages)
+    entries |= d.entries_of(pages)
     slot, n = s.slot, len(s.slot)
     for e in entries:
         page = s.entry[e]
@@ -529,7 +583,7 @@ def _window_local(lay: Layout, s: State, d: Delta) -> bool | None:
     pages = d.at("committed")
     if entries is None or seqs is None or pages is None:
         return None
-    entries |= _entries_of_pages(s, pages)
+    entries |= d.entries_of(pages)
     if seqs:
         if not all(0 <= seq < lay.seqs for seq in seqs):
             return None
@@ -624,9 +678,8 @@ def _refcounts_local(lay: Layout, s: State, d: Delta) -> bool | None:
         return True
     locks: Counter[int] = Counter()
     holds: Counter[int] = Counter()
-    for e, page in used_items(s.entry, NONE):
-        if page in pages:
-            (locks if s.entry_locked[e] else holds)[page] += 1
+    for e in d.entries_of(pages):
+        (locks if s.entry_locked[e] else holds)[s.entry[e]] += 1
     for _, page in used_items(s.pocket, NONE):
         if page in pages:
             holds[page] += 1

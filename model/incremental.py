@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from .config import KVConfig
-from .fastcheck import FAST, LOCAL, Delta
+from .fastcheck import FAST, LOCAL, Delta, EntryRefs
 from .invariants import INVARIANTS, Invariant, Scope, in_scope
 from .logic import CONCRETE
 from .state import STATE_FIELDS, Layout, State
@@ -101,6 +101,7 @@ class IncrementalChecker:
         # ones each set of changed fields may affect, are worked out once and remembered.
         self._in_scope: dict[Scope | None, tuple[Invariant, ...]] = {}
         self._affected: dict[frozenset[str], frozenset[str]] = {}
+        self._refs = EntryRefs()  # which entries reference each page, kept up to date
 
     def _scoped(self, scope: Scope | None) -> tuple[Invariant, ...]:
         found = self._in_scope.get(scope)
@@ -126,7 +127,7 @@ class IncrementalChecker:
             held = self._held - self._affected_by(changed)
         # invariants that held in `last` and whose inputs changed: on sparse states, only
         # what changed is looked at (`fastcheck.LOCAL`) where a check of that kind exists
-        delta = None if last is None else Delta(last, s, changed)
+        delta = None if last is None else Delta(last, s, changed, self._refs)
         bad: list[Invariant] = []
         for inv in self._scoped(scope):
             name = inv.name
