@@ -21,7 +21,7 @@ from .errors import (
     SequenceStateError,
     UnknownSequenceError,
 )
-from .executor import Executor
+from .executor import Executor, LookupLabel
 from .logic import Term, any_equal, count_equal
 from .overrides import any_override, named
 from .pages import (
@@ -86,11 +86,12 @@ def _victims_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
     """Which pages eviction may take at (level, pool group): any queued page there (the
     safety spec), or under the `lru` profile only its queue's head."""
     ops, s, lay = ex.ops, ex.s, ex.lay
-    if not ops.symbolic:  # the same predicates, evaluated once per choice
+    if not ops.symbolic:  # the same predicates, on plain values
+        if not lru(lay):  # read per candidate asked about (not every queued page)
+            return lambda p: (0 <= p < lay.pages and bool(s.queued[p]) and s.level[p] == level
+                              and lay.pool_group_of_lc[s.lc[p]] == pg)
         queued = [p for p in page_ids(ops, lay, s, s.queued) if s.queued[p] and s.level[p] == level
                   and lay.pool_group_of_lc[s.lc[p]] == pg]
-        if not lru(lay):
-            return set(queued).__contains__
         # LRU stamps are unique: one head
         head = min(queued, key=lambda p: (lay.priority_of_lc[s.lc[p]], s.stamp[p]), default=-1)
         return lambda p: p == head
@@ -110,6 +111,16 @@ def _where(ex: Executor, p: int) -> object:
     return (s.level[p], pool_group(ex.ops, ex.lay, s.lc[p]), s.slot[p])
 
 
+def _sits_at(ex: Executor, where: object) -> int | None:
+    """The page whose slot is `where` ((level, pool group, slot)), if any: plain values."""
+    if not (isinstance(where, tuple) and len(where) == 3
+            and all(isinstance(x, int) for x in where)):
+        return None
+    ix = ex.lay.slot_ix(ex.ops, *where)
+    page = ex.s.slot_owner[ix] if ix != -1 else NONE
+    return None if page == NONE else int(page)
+
+
 def can_make_room(ex: Executor, level: int, pg: int) -> Term:
     """One slot can be freed at (level, pool group): a free slot, or a page eviction may take
     that can leave (dropped at the last level, when DROPPABLE or when a parked page to
@@ -118,6 +129,9 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
     ops, lay = ex.ops, ex.lay
     if level > lay.cfg.last_level:
         return ops.const(False)
+    free = ops.lt(0, _free_count(ex, level, pg))
+    if free is True:  # plain values: a free slot is room enough, the victims need no look
+        return free
     below = can_make_room(ex, level + 1, pg)
     head = _victims_at(ex, level, pg)
     leaves = ops.or_(*(
@@ -127,7 +141,7 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
             drops_parked(ops, lay, ex.s, p), below))
         for p in page_ids(ops, lay, ex.s, ex.s.queued)
     ))
-    return ops.or_(ops.lt(0, _free_count(ex, level, pg)), leaves)
+    return ops.or_(free, leaves)
 
 
 def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
@@ -150,7 +164,7 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
             break
         for _ in ex.when(short):
             victim = ex.choose("victim", range(lay.pages), _victims_at(ex, level, pg),
-                               lambda p: _where(ex, p),
+                               LookupLabel(lambda p: _where(ex, p), lambda w: _sits_at(ex, w)),
                                among=lambda: page_ids(ops, lay, ex.s, ex.s.queued))
             for _ in ex.when(ops.eq(victim, NONE)):
                 ex.fail(f"no evictable page at level {level}, pool group {pg}")

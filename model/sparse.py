@@ -116,6 +116,14 @@ class SparseArray(Sequence[Any]):
             if v != default:
                 yield i, v
 
+    def truthy(self) -> list[int]:
+        """The positions whose value is true (any order): comprehensions over the two dicts,
+        no generator step per position (the model lists its live or queued pages often)."""
+        overlay = self._overlay
+        out = [i for i, v in self._base.items() if v and i not in overlay]
+        out += [i for i, v in overlay.items() if v]
+        return out
+
     def used(self) -> builtins.set[int]:
         """The positions whose value is not the default."""
         return {i for i, _ in self.items()}

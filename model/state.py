@@ -277,7 +277,7 @@ def page_ids(ops: Ops, lay: Layout, s: State, flags: Array | None = None) -> Ite
     flag is set (ascending), so the cost follows the pages in use."""
     arr = s.alive if flags is None else flags
     if not ops.symbolic and isinstance(arr, SparseArray):
-        return sorted(p for p, flag in arr.items() if flag)
+        return sorted(arr.truthy())
     return range(lay.pages)
 
 
