@@ -714,7 +714,56 @@ def _values_local(lay: Layout, s: State, d: Delta) -> bool | None:
     return True
 
 
+def _inactive_unlocked_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    entries, seqs = d.at("entry_locked"), d.at("seq_status")
+    if entries is None or seqs is None or not all(0 <= q < lay.seqs for q in seqs):
+        return None
+    for seq in seqs:  # a sequence that changed status: its locks
+        entries.update(used_in(s.entry_locked, False, lay.entry_range(seq)))
+    per_seq = lay.lcs * lay.blocks
+    return all(s.seq_status[e // per_seq] == SeqStatus.ACTIVE
+               for e in entries if s.entry_locked[e])
+
+
+def _gone_hold_nothing_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    entries, seqs = d.at("entry"), d.at("seq_status")
+    if entries is None or seqs is None or not all(0 <= q < lay.seqs for q in seqs):
+        return None
+    for seq in seqs:  # a sequence that changed status: its blocks
+        entries.update(used_in(s.entry, NONE, lay.entry_range(seq)))
+    gone = (SeqStatus.FREE, SeqStatus.CLOSED)
+    per_seq = lay.lcs * lay.blocks
+    return all(s.seq_status[e // per_seq] not in gone for e in entries if s.entry[e] != NONE)
+
+
+def _pocket_orphaned_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    positions = d.at("pocket")
+    pages = d.at("alive", "committed", "locks", "holds", "owner", "lc")
+    entries = d.at("entry")
+    if positions is None or pages is None or entries is None:
+        return None
+    pages = pages | {s.entry[e] for e in entries}  # pages an entry references now
+    if pages:  # the pocket positions holding a changed page
+        positions.update(k for k, page in used_items(s.pocket, NONE) if page in pages)
+    cap = lay.pocket_cap
+    for k in positions:
+        page = s.pocket[k]
+        if page == NONE:
+            continue
+        seq, lc = divmod(k // cap, lay.lcs)
+        if not _page_ok(lay, page):
+            return False
+        held = s.locks[page] <= 0 and s.holds[page] > 0
+        if not (s.alive[page] and not s.committed[page] and held and s.owner[page] == seq
+                and s.lc[page] == lc and not d.entries_of({page})):
+            return False
+    return True
+
+
 LOCAL: dict[str, Local] = {
+    "inactive_sequences_unlocked": _inactive_unlocked_local,
+    "gone_sequences_hold_nothing": _gone_hold_nothing_local,
+    "pocket_entries_orphaned": _pocket_orphaned_local,
     "dead_pages_are_blank": _per_page(_dead_blank_at),
     "locked_at_gpu": _per_page(_locked_at_gpu_at),
     "queued_are_evictable": _per_page(_queued_evictable_at),

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_helpers import perturb, random_calls, reachable
 
+from kvpocket.model.config import NONE, SeqStatus
 from kvpocket.model.incremental import (
     IncrementalChecker,
     _ReadRecorder,
@@ -120,3 +121,29 @@ def test_lengths_changed_alone_are_rechecked_where_blocks_change_sides(shift: in
         assert "window_is_mapped" in {i.name for i in checker.violated(moved)}
     if (shift, grow) != (0, 0):
         assert checker.local > 0  # the check of what changed ran
+
+
+def test_entry_and_status_corruptions_are_caught_by_the_local_checks() -> None:
+    # The local checks of the entry-wide invariants (a sequence's status against its
+    # blocks and locks, a parked page that a block references) look at the changed
+    # entries and sequences only: each corruption of that kind is still reported.
+    m = Model(PRESETS["tiny"].config.with_pocket(True, "revalidate"), sparse_above=0)
+    m.create(0, [1, 2])
+    assert m.resume(0)
+    m.stop_committing(0)
+    assert m.resize(0, 4, 3) and m.resize(0, 6, 5)  # block 0 left the window: parked
+    s, lay = m.state, m.layout
+    parked = [p for p in s.pocket if p != NONE]
+    assert parked and violated(CONCRETE, lay, s) == []
+    wrong = {"gone_sequences_hold_nothing": evolve(
+                 s, seq_status=s.seq_status.set(0, int(SeqStatus.CLOSED))),
+             "inactive_sequences_unlocked": evolve(
+                 s, seq_status=s.seq_status.set(0, int(SeqStatus.SUSPENDED))),
+             "pocket_entries_orphaned": evolve(
+                 s, entry=s.entry.set(lay.entry_ix(CONCRETE, 1, 0, 3), parked[0]))}
+    for name, bad in wrong.items():
+        checker = IncrementalChecker(lay)
+        assert checker.violated(s) == []
+        found = checker.violated(bad)
+        assert found == violated(CONCRETE, lay, bad)
+        assert name in {i.name for i in found}
