@@ -60,18 +60,6 @@ class SparseArray(Sequence[Any]):
         # every position below this one holds a non-default value (`default_positions`)
         self._unused_from = 0
 
-    def _make(self, base: dict[int, Any], overlay: dict[int, Any],
-              prev_base: dict[int, Any] | None, merged: frozenset[int],
-              parent: SparseArray | None, key: int, counts: tuple[int, ...],
-              unused_from: int) -> SparseArray:
-        new = object.__new__(SparseArray)
-        new.length, new.default, new.segments, new._base, new._overlay, new._hash = (
-            self.length, self.default, self.segments, base, overlay, None)
-        new._prev_base, new._merged, new._parent, new._key = prev_base, merged, parent, key
-        new._counts = counts
-        new._unused_from = unused_from
-        return new
-
     # ---- reading --------------------------------------------------------------------------
     def __len__(self) -> int:
         return self.length
@@ -189,7 +177,8 @@ class SparseArray(Sequence[Any]):
             counts = (*counts[:k], counts[k] + (1 if now_used else -1), *counts[k + 1:])
         base, prev_base, merged = self._base, self._prev_base, self._merged
         parent: SparseArray | None = self
-        if len(overlay) > min(_MAX_OVERLAY, _MIN_OVERLAY + int(len(base) ** 0.5)):
+        size = len(overlay)
+        if size > _MIN_OVERLAY and size > min(_MAX_OVERLAY, _MIN_OVERLAY + int(len(base) ** 0.5)):
             prev_base, merged, parent = base, frozenset(overlay), None
             base = base.copy()
             for k, v in overlay.items():
@@ -198,8 +187,14 @@ class SparseArray(Sequence[Any]):
                 else:
                     base[k] = v
             overlay = {}
-        unused_from = min(self._unused_from, i) if value == self.default else self._unused_from
-        return self._make(base, overlay, prev_base, merged, parent, i, counts, unused_from)
+        # built without __init__: a store is the model's hottest write
+        new = object.__new__(SparseArray)
+        new.length, new.default, new.segments, new._base, new._overlay, new._hash = (
+            self.length, self.default, self.segments, base, overlay, None)
+        new._prev_base, new._merged, new._parent, new._key = prev_base, merged, parent, i
+        new._counts = counts
+        new._unused_from = self._unused_from if now_used or i > self._unused_from else i
+        return new
 
     def changed_since(self, older: SparseArray) -> builtins.set[int] | None:
         """A superset of the positions where this array differs from `older`, when both
