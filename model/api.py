@@ -362,7 +362,7 @@ def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, his
     On plain values without overrides the answer is remembered per layout and lengths
     (a resize per decoded token would otherwise re-derive it for every block)."""
     ops, lay = ex.ops, ex.lay
-    memo = None
+    memo: dict[tuple[Term, ...], tuple[Blocks, Blocks, Blocks]] | None = None
     if not ops.symbolic and not any_override():
         memo = lay.memo.setdefault("resize_blocks", {})
         found = memo.get((old_cap, capacity, old_h, history))

@@ -102,11 +102,11 @@ class Candidates(Sequence[int]):
             ok = isinstance(want, int) and want in self._domain and bool(self._legal(want))
             return want if ok else None  # type: ignore[return-value]
         label = self._label
-        named = getattr(label, "named", None)  # a `LookupLabel`: look the label up first
-        if named is not None:
-            c = named(want)
-            if c is not None and c in self._domain and self._legal(c) and _norm(label(c)) == want:
-                return c  # labels name one candidate each: the search would find this one
+        if isinstance(label, LookupLabel):  # look the label up first
+            named = label.named(want)
+            if named is not None and named in self._domain and self._legal(named) \
+                    and _norm(label(named)) == want:
+                return named  # labels name one candidate each: the search would find it
         for c in self:
             if _norm(label(c)) == want:
                 return c
