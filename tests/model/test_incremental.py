@@ -5,7 +5,9 @@ states it reports exactly what the full check reports."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +24,7 @@ from kvpocket.model.incremental import (
 from kvpocket.model.invariants import INVARIANTS, violated
 from kvpocket.model.logic import CONCRETE
 from kvpocket.model.machine import Model
+from kvpocket.model.sparse import SparseArray
 from kvpocket.model.state import Layout, State, evolve
 from kvpocket.verify.presets import PRESETS
 
@@ -101,6 +104,11 @@ def test_fields_read_off_the_miniature_are_the_fields_read() -> None:
                 fields_read_by_evaluation(Layout(cfg)), p.name
 
 
+def _store(arr: Sequence[Any], i: int, value: object) -> SparseArray:
+    assert isinstance(arr, SparseArray)  # the models below keep every array sparse
+    return arr.set(i, value)
+
+
 @given(shift=st.integers(-3, 3), grow=st.integers(-3, 3))
 @settings(max_examples=30, deadline=None)
 def test_lengths_changed_alone_are_rechecked_where_blocks_change_sides(shift: int,
@@ -114,8 +122,8 @@ def test_lengths_changed_alone_are_rechecked_where_blocks_change_sides(shift: in
     checker = IncrementalChecker(m.layout)
     assert checker.violated(m.state) == []
     s = m.state
-    moved = evolve(s, history=s.history.set(0, s.history[0] + shift),
-                   capacity=s.capacity.set(0, s.capacity[0] + grow))
+    moved = evolve(s, history=_store(s.history, 0, s.history[0] + shift),
+                   capacity=_store(s.capacity, 0, s.capacity[0] + grow))
     assert checker.violated(moved) == violated(CONCRETE, m.layout, moved)
     if shift >= 2 or abs(grow) >= 2:  # a block left the window, or crossed the capacity
         assert "window_is_mapped" in {i.name for i in checker.violated(moved)}
@@ -136,11 +144,11 @@ def test_entry_and_status_corruptions_are_caught_by_the_local_checks() -> None:
     parked = [p for p in s.pocket if p != NONE]
     assert parked and violated(CONCRETE, lay, s) == []
     wrong = {"gone_sequences_hold_nothing": evolve(
-                 s, seq_status=s.seq_status.set(0, int(SeqStatus.CLOSED))),
+                 s, seq_status=_store(s.seq_status, 0, int(SeqStatus.CLOSED))),
              "inactive_sequences_unlocked": evolve(
-                 s, seq_status=s.seq_status.set(0, int(SeqStatus.SUSPENDED))),
+                 s, seq_status=_store(s.seq_status, 0, int(SeqStatus.SUSPENDED))),
              "pocket_entries_orphaned": evolve(
-                 s, entry=s.entry.set(lay.entry_ix(CONCRETE, 1, 0, 3), parked[0]))}
+                 s, entry=_store(s.entry, lay.entry_ix(CONCRETE, 1, 0, 3), parked[0]))}
     for name, bad in wrong.items():
         checker = IncrementalChecker(lay)
         assert checker.violated(s) == []
