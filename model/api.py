@@ -21,9 +21,9 @@ from .errors import (
     SequenceStateError,
     UnknownSequenceError,
 )
-from .executor import Executor
+from .executor import Executor, LookupLabel
 from .logic import Term, any_equal, count_equal
-from .overrides import named
+from .overrides import any_override, named
 from .pages import (
     POCKET_NOT_FULL,
     STILL_VALID,
@@ -34,7 +34,7 @@ from .pages import (
     still_valid,
     victim_cond,
 )
-from .state import State, evolve, page_ids, stale, status
+from .state import State, dead_page_ids, evolve, page_ids, stale, status
 
 # ---- small derived terms -------------------------------------------------------------------
 
@@ -80,11 +80,12 @@ def _victims_at(ex: Executor, level: int, pg: int) -> Callable[[int], Term]:
     """Which pages eviction may take at (level, pool group): any queued page there (the
     safety spec), or under the `lru` profile only its queue's head."""
     ops, s, lay = ex.ops, ex.s, ex.lay
-    if not ops.symbolic:  # the same predicates, evaluated once per choice
+    if not ops.symbolic:  # the same predicates, on plain values
+        if not lru(lay):  # read per candidate asked about (not every queued page)
+            return lambda p: (0 <= p < lay.pages and bool(s.queued[p]) and s.level[p] == level
+                              and lay.pool_group_of_lc[s.lc[p]] == pg)
         queued = [p for p in page_ids(ops, lay, s, s.queued) if s.queued[p] and s.level[p] == level
                   and lay.pool_group_of_lc[s.lc[p]] == pg]
-        if not lru(lay):
-            return set(queued).__contains__
         # LRU stamps are unique: one head
         head = min(queued, key=lambda p: (lay.priority_of_lc[s.lc[p]], s.stamp[p]), default=-1)
         return lambda p: p == head
@@ -104,6 +105,16 @@ def _where(ex: Executor, p: int) -> object:
     return (s.level[p], pool_group(ex.ops, ex.lay, s.lc[p]), s.slot[p])
 
 
+def _sits_at(ex: Executor, where: object) -> int | None:
+    """The page whose slot is `where` ((level, pool group, slot)), if any: plain values."""
+    if not (isinstance(where, tuple) and len(where) == 3
+            and all(isinstance(x, int) for x in where)):
+        return None
+    ix = ex.lay.slot_ix(ex.ops, *where)
+    page = ex.s.slot_owner[ix] if ix != -1 else NONE
+    return None if page == NONE else int(page)
+
+
 def can_make_room(ex: Executor, level: int, pg: int) -> Term:
     """One slot can be freed at (level, pool group): a free slot, or a page eviction may take
     that can leave (dropped at the last level, when DROPPABLE or when a parked page to
@@ -112,6 +123,9 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
     ops, lay = ex.ops, ex.lay
     if level > lay.cfg.last_level:
         return ops.const(False)
+    free = ops.lt(0, _free_count(ex, level, pg))
+    if free is True:  # plain values: a free slot is room enough, the victims need no look
+        return free
     below = can_make_room(ex, level + 1, pg)
     head = _victims_at(ex, level, pg)
     leaves = ops.or_(*(
@@ -121,7 +135,7 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
             drops_parked(ops, lay, ex.s, p), below))
         for p in page_ids(ops, lay, ex.s, ex.s.queued)
     ))
-    return ops.or_(ops.lt(0, _free_count(ex, level, pg)), leaves)
+    return ops.or_(free, leaves)
 
 
 def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
@@ -144,7 +158,7 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
             break
         for _ in ex.when(short):
             victim = ex.choose("victim", range(lay.pages), _victims_at(ex, level, pg),
-                               lambda p: _where(ex, p),
+                               LookupLabel(lambda p: _where(ex, p), lambda w: _sits_at(ex, w)),
                                among=lambda: page_ids(ops, lay, ex.s, ex.s.queued))
             for _ in ex.when(ops.eq(victim, NONE)):
                 ex.fail(f"no evictable page at level {level}, pool group {pg}")
@@ -211,7 +225,7 @@ def allocate_block(ex: Executor, seq: int, lc: int, o: int) -> None:
     ops, lay = ex.ops, ex.lay
     slot = take_slot(ex, GPU_LEVEL, lay.cfg.pool_group_of(lc))
     page = ex.choose("page", range(lay.pages), lambda p: ops.not_(ex.s.alive[p]),
-                     same=lambda p: ())
+                     same=lambda p: (), among=lambda: dead_page_ids(ops, lay, ex.s))
     for _ in ex.when(ops.eq(page, NONE)):
         ex.fail("no free page record")
     ex.do("allocate", page=page, seq=seq, lc=lc, ordinal=o, slot=slot)
@@ -278,21 +292,7 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
         f"resize: capacity {capacity} exceeds max_blocks * tokens_per_block = {cfg.max_capacity}"))
     ex.do("set_lengths", seq=seq, capacity=capacity, history=history,
           committed=ex.s.committed_tokens[seq])
-    swa = [i for i, lc in enumerate(cfg.life_cycles) if lc.is_swa]
-    every = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
-
-    # Which blocks leave the window, shrink away or grow depends on the lengths only, not
-    # on the state the phases below change: decided once per block. On plain values a
-    # block whose condition is False is skipped (its `ex.when` would not run); on Z3
-    # terms nothing is skipped, so both readers take the same program.
-    was_in = [_in_cap(ex, o, old_cap) for o in range(lay.blocks)]
-    now_in = [_in_cap(ex, o, capacity) for o in range(lay.blocks)]
-    stale_now = {(lc, o): _stale(ex, lc, o, history) for lc, o in every}
-    leaving = {(lc, o): ops.and_(was_in[o], ops.not_(_stale(ex, lc, o, old_h)), stale_now[lc, o])
-               for lc in swa for o in range(lay.blocks)}
-    shrinking = {(lc, o): ops.and_(was_in[o], ops.not_(now_in[o])) for lc, o in every}
-    growing = {(lc, o): ops.and_(ops.not_(was_in[o]), now_in[o], ops.not_(stale_now[lc, o]))
-               for lc, o in every}
+    leaving, shrinking, growing = _resize_blocks(ex, old_cap, capacity, old_h, history)
 
     def maybe(cond: dict[tuple[int, int], Term], keys: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         return [k for k in keys if cond[k] is not False]
@@ -341,6 +341,45 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
             ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
         for _ in ex.when(ops.and_(held, ops.not_(committed), ops.not_(allowed))):
             park_or_release(ex, seq, lc, o, page)
+
+
+Blocks = dict[tuple[int, int], Term]  # a condition per (life cycle, ordinal)
+
+
+def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, history: Term
+                   ) -> tuple[Blocks, Blocks, Blocks]:
+    """Which blocks of a resize leave the window, shrink away or grow (`resize`'s phases).
+
+    It depends on the lengths only, not on the state the phases change: decided once per
+    block. On plain values a block whose condition is False is skipped (its `ex.when`
+    would not run); on Z3 terms nothing is skipped, so both readers take the same program.
+    On plain values without overrides the answer is remembered per layout and lengths
+    (a resize per decoded token would otherwise re-derive it for every block)."""
+    ops, lay = ex.ops, ex.lay
+    memo: dict[tuple[Term, ...], tuple[Blocks, Blocks, Blocks]] | None = None
+    if not ops.symbolic and not any_override():
+        memo = lay.memo.setdefault("resize_blocks", {})
+        found = memo.get((old_cap, capacity, old_h, history))
+        if found is not None:
+            return found
+    swa = [i for i, lc in enumerate(lay.cfg.life_cycles) if lc.is_swa]
+    every = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
+    was_in = [_in_cap(ex, o, old_cap) for o in range(lay.blocks)]
+    now_in = [_in_cap(ex, o, capacity) for o in range(lay.blocks)]
+    stale_now = {(lc, o): _stale(ex, lc, o, history) for lc, o in every}
+    leaving = {(lc, o): ops.and_(was_in[o], ops.not_(_stale(ex, lc, o, old_h)), stale_now[lc, o])
+               for lc in swa for o in range(lay.blocks)}
+    shrinking = {(lc, o): ops.and_(was_in[o], ops.not_(now_in[o])) for lc, o in every}
+    growing = {(lc, o): ops.and_(ops.not_(was_in[o]), now_in[o], ops.not_(stale_now[lc, o]))
+               for lc, o in every}
+    if memo is not None:
+        if len(memo) >= _RESIZE_MEMO_SIZE:
+            memo.clear()
+        memo[old_cap, capacity, old_h, history] = (leaving, shrinking, growing)
+    return leaving, shrinking, growing
+
+
+_RESIZE_MEMO_SIZE = 4096  # remembered lengths per layout (the answers are read, never changed)
 
 
 def pop_or_refuse(ex: Executor, seq: int, lc: int, o: int) -> None:

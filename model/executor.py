@@ -102,6 +102,11 @@ class Candidates(Sequence[int]):
             ok = isinstance(want, int) and want in self._domain and bool(self._legal(want))
             return want if ok else None  # type: ignore[return-value]
         label = self._label
+        if isinstance(label, LookupLabel):  # look the label up first
+            named = label.named(want)
+            if named is not None and named in self._domain and self._legal(named) \
+                    and _norm(label(named)) == want:
+                return named  # labels name one candidate each: the search would find it
         for c in self:
             if _norm(label(c)) == want:
                 return c
@@ -110,6 +115,19 @@ class Candidates(Sequence[int]):
     def labels(self) -> Sequence[object]:
         """Every candidate's label (reads every candidate)."""
         return [self._label(c) if self._label else c for c in self]
+
+
+@dataclass(frozen=True)
+class LookupLabel:
+    """A choice's label function that can also name the candidate a label belongs to, so a
+    recorded label is looked up (`Candidates.find`) instead of searched for among every
+    candidate (a victim among every queued page). Labels must name one candidate each."""
+
+    label: Callable[[int], object]
+    named: Callable[[object], int | None]
+
+    def __call__(self, candidate: int) -> object:
+        return self.label(candidate)
 
 
 class _LazyLabels(Sequence[object]):

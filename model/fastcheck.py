@@ -31,7 +31,7 @@ from .config import (
 )
 from .invariants import INVARIANTS, ForEachPage, Invariant, Scope, in_scope
 from .logic import CONCRETE, Array, Ops
-from .sparse import SparseArray, used_items
+from .sparse import SparseArray, used_in, used_items
 from .state import ENTRY_FIELDS, IDLE, PAGE_FIELDS, Layout, State
 
 Check = Callable[[Layout, State], bool]
@@ -263,12 +263,66 @@ HAND_WRITTEN: dict[str, str] = {
 # `tests/model/test_incremental.py` checks that runs with them agree with the full check.
 
 
+class EntryRefs:
+    """Which block entries reference each page, for one `entry` array (`array`): kept by
+    the incremental checker from state to state and brought up to date from the positions
+    that changed, so a check asking which entries reference a changed page costs what
+    changed, not the entries in use (three local checks ask after most events)."""
+
+    def __init__(self) -> None:
+        self.array: Array | None = None
+        self.by_page: dict[int, set[int]] = {}
+
+    def follow(self, entry: Array, changed: set[int] | None) -> None:
+        """Bring the map to `entry`; `changed`: the positions where it may differ from the
+        array the map is for (None: unknown, rebuilt)."""
+        if entry is self.array:
+            return
+        old, by_page = self.array, self.by_page
+        if old is None or changed is None:
+            by_page.clear()
+            for e, page in used_items(entry, NONE):
+                by_page.setdefault(page, set()).add(e)
+        else:
+            for e in changed:
+                was, now = old[e], entry[e]
+                if was != now:
+                    if was != NONE:
+                        refs = by_page[was]
+                        refs.discard(e)
+                        if not refs:
+                            del by_page[was]
+                    if now != NONE:
+                        by_page.setdefault(now, set()).add(e)
+        self.array = entry
+
+
 class Delta:
     """What changed from `old` (a state whose invariants were checked) to `new`."""
 
-    def __init__(self, old: State, new: State, changed: frozenset[str]) -> None:
+    def __init__(self, old: State, new: State, changed: frozenset[str],
+                 refs: EntryRefs | None = None) -> None:
         self.old, self.new, self.changed = old, new, changed
         self._at: dict[str, set[int] | None] = {}
+        self._refs = refs
+
+    def entries_of(self, pages: set[int]) -> set[int]:
+        """The block entries (in use in `new`) that reference one of `pages`."""
+        if not pages:
+            return set()
+        refs = self._refs
+        if refs is None:
+            return _entries_of_pages(self.new, pages)
+        entry = self.new.entry
+        if refs.array is not entry:
+            known: set[int] | None = None
+            if refs.array is self.old.entry:
+                known = self._field("entry")
+            elif isinstance(entry, SparseArray) and isinstance(refs.array, SparseArray):
+                known = entry.changed_since(refs.array)
+            refs.follow(entry, known)
+        by_page = refs.by_page
+        return {e for p in pages for e in by_page.get(p, ())}
 
     def _field(self, name: str) -> set[int] | None:
         if name not in self.changed:
@@ -350,7 +404,7 @@ def _entries_live_local(lay: Layout, s: State, d: Delta) -> bool | None:
     pages = d.at("alive", "lc", "ordinal", "committed", "owner")
     if entries is None or pages is None:
         return None
-    entries |= _entries_of_pages(s, pages)
+    entries |= d.entries_of(pages)
     return _entries_live_at(lay, s, entries)
 
 
@@ -372,7 +426,7 @@ def _index_local(lay: Layout, s: State, d: Delta) -> bool | None:
     entries, pages = d.at(*ENTRY_FIELDS), d.at("slot")
     if entries is None or pages is None:
         return None
-    entries |= _entries_of_pages(s, pages)
+    entries |= d.entries_of(pages)
     slot, n = s.slot, len(s.slot)
     for e in entries:
         page = s.entry[e]
@@ -388,16 +442,49 @@ def _window_local(lay: Layout, s: State, d: Delta) -> bool | None:
     pages = d.at("committed")
     if entries is None or seqs is None or pages is None:
         return None
-    entries |= _entries_of_pages(s, pages)
+    entries |= d.entries_of(pages)
     if seqs:
         if not all(0 <= seq < lay.seqs for seq in seqs):
             return None
         per_seq = lay.lcs * lay.blocks
-        for seq in seqs:  # every block of a changed sequence
+        whole: set[int] = set()
+        for seq in seqs:
+            moved = _window_moved(lay, d.old, s, seq)
+            if moved is None:
+                whole.add(seq)
+            else:
+                entries |= moved
+        for seq in whole:  # every block of a sequence whose status changed
             if not _window_seq_ok(lay, s, seq):
                 return False
-        entries = {e for e in entries if e // per_seq not in seqs}
+        entries = {e for e in entries if e // per_seq not in whole}
     return all(_window_ok(lay, s, e) for e in entries)
+
+
+def _window_moved(lay: Layout, old: State, new: State, seq: int) -> set[int] | None:
+    """When only the lengths of `seq` changed (its status and commit state did not): the
+    entry positions whose block changed sides of the capacity or of the stale range, the
+    only blocks `_window_ok` judges by other rules now (speed: a resize per decoded token
+    moves a block or two, not the whole sequence). None when more changed."""
+    if old.seq_status[seq] != new.seq_status[seq] \
+            or old.commit_state[seq] != new.commit_state[seq]:
+        return None
+    t, blocks = lay.cfg.tokens_per_block, lay.blocks
+
+    def clipped(lo: int, hi: int) -> set[int]:
+        return set(range(max(0, lo), min(blocks, hi)))
+
+    w_old, w_new = -(-old.capacity[seq] // t), -(-new.capacity[seq] // t)
+    cap_moved = clipped(min(w_old, w_new), max(w_old, w_new))
+    out: set[int] = set()
+    for lc_i, lc in enumerate(lay.cfg.life_cycles):
+        moved = cap_moved
+        if lc.window is not None:
+            moved = moved | (clipped(*stale_range(lc, old.history[seq], t))
+                             ^ clipped(*stale_range(lc, new.history[seq], t)))
+        base = (seq * lay.lcs + lc_i) * blocks
+        out.update(base + o for o in moved)
+    return out
 
 
 def _window_seq_ok(lay: Layout, s: State, seq: int) -> bool:
@@ -430,10 +517,10 @@ def _window_seq_ok(lay: Layout, s: State, seq: int) -> bool:
 
 def _used_entries_of(lay: Layout, s: State, seq: int) -> set[int]:
     """The entry positions of `seq` that are not at their initial values."""
-    per_seq = lay.lcs * lay.blocks
+    positions = lay.entry_range(seq)  # a few positions: read them, not every stored one
     out: set[int] = set()
     for arr, default in ((s.entry, NONE), (s.entry_locked, False), (s.index, BAD_PAGE_INDEX)):
-        out.update(e for e, _ in used_items(arr, default) if e // per_seq == seq)
+        out.update(used_in(arr, default, positions))
     return out
 
 
@@ -450,9 +537,8 @@ def _refcounts_local(lay: Layout, s: State, d: Delta) -> bool | None:
         return True
     locks: Counter[int] = Counter()
     holds: Counter[int] = Counter()
-    for e, page in used_items(s.entry, NONE):
-        if page in pages:
-            (locks if s.entry_locked[e] else holds)[page] += 1
+    for e in d.entries_of(pages):
+        (locks if s.entry_locked[e] else holds)[s.entry[e]] += 1
     for _, page in used_items(s.pocket, NONE):
         if page in pages:
             holds[page] += 1
@@ -487,7 +573,56 @@ def _values_local(lay: Layout, s: State, d: Delta) -> bool | None:
     return True
 
 
+def _inactive_unlocked_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    entries, seqs = d.at("entry_locked"), d.at("seq_status")
+    if entries is None or seqs is None or not all(0 <= q < lay.seqs for q in seqs):
+        return None
+    for seq in seqs:  # a sequence that changed status: its locks
+        entries.update(used_in(s.entry_locked, False, lay.entry_range(seq)))
+    per_seq = lay.lcs * lay.blocks
+    return all(s.seq_status[e // per_seq] == SeqStatus.ACTIVE
+               for e in entries if s.entry_locked[e])
+
+
+def _gone_hold_nothing_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    entries, seqs = d.at("entry"), d.at("seq_status")
+    if entries is None or seqs is None or not all(0 <= q < lay.seqs for q in seqs):
+        return None
+    for seq in seqs:  # a sequence that changed status: its blocks
+        entries.update(used_in(s.entry, NONE, lay.entry_range(seq)))
+    gone = (SeqStatus.FREE, SeqStatus.CLOSED)
+    per_seq = lay.lcs * lay.blocks
+    return all(s.seq_status[e // per_seq] not in gone for e in entries if s.entry[e] != NONE)
+
+
+def _pocket_orphaned_local(lay: Layout, s: State, d: Delta) -> bool | None:
+    positions = d.at("pocket")
+    pages = d.at("alive", "committed", "locks", "holds", "owner", "lc")
+    entries = d.at("entry")
+    if positions is None or pages is None or entries is None:
+        return None
+    pages = pages | {s.entry[e] for e in entries}  # pages an entry references now
+    if pages:  # the pocket positions holding a changed page
+        positions.update(k for k, page in used_items(s.pocket, NONE) if page in pages)
+    cap = lay.pocket_cap
+    for k in positions:
+        page = s.pocket[k]
+        if page == NONE:
+            continue
+        seq, lc = divmod(k // cap, lay.lcs)
+        if not _page_ok(lay, page):
+            return False
+        held = s.locks[page] <= 0 and s.holds[page] > 0
+        if not (s.alive[page] and not s.committed[page] and held and s.owner[page] == seq
+                and s.lc[page] == lc and not d.entries_of({page})):
+            return False
+    return True
+
+
 LOCAL: dict[str, Local] = {
+    "inactive_sequences_unlocked": _inactive_unlocked_local,
+    "gone_sequences_hold_nothing": _gone_hold_nothing_local,
+    "pocket_entries_orphaned": _pocket_orphaned_local,
     "slot_owned_once": _slot_owned_once_local,
     "entries_are_live": _entries_live_local,
     "index_matches_locks": _index_local,
@@ -526,8 +661,9 @@ def _pages_in_bounds(lay: Layout, s: State, pages: Iterable[int],
 # * else (no `when`, or true at Init): a record where a field the statement reads is in
 #   use (a record at Init values satisfies it: Init does);
 # * every record, when the fields that decide it are not all per-page fields.
-# The local check looks at the records whose fields it reads changed, and defers to the
-# full check when a field of another domain it reads changed (e.g. the pocket).
+# The local check looks at the records whose fields it reads changed (and, when the pocket
+# changed, the pages that entered or left it), and defers to the full check when another
+# field of another domain it reads changed.
 
 
 class ReadRecorder:
@@ -612,10 +748,20 @@ def derived_local(name: str, form: ForEachPage) -> Local:
 
     def local(lay: Layout, s: State, d: Delta) -> bool | None:
         scope = scope_of(lay)
-        if d.changed & scope.other_reads:
-            return None
         pages = d.at(*scope.page_reads)
-        return None if pages is None else _holds_at(form, lay, s, pages)
+        if pages is None:
+            return None
+        other = d.changed & scope.other_reads
+        if other:
+            # The pocket is the one field of another domain followed here: a statement reads
+            # it for whether a page is parked, so the pages that entered or left a changed
+            # position are the ones it can change. Any other: the full check.
+            moved = d.at("pocket") if other == {"pocket"} else None
+            if moved is None:
+                return None
+            pages = {p for p in pages | {st.pocket[k] for k in moved for st in (d.old, s)}
+                     if _page_ok(lay, p)}
+        return _holds_at(form, lay, s, pages)
     return local
 
 

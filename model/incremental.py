@@ -16,7 +16,7 @@ from dataclasses import replace
 from functools import partial
 
 from .config import KVConfig
-from .fastcheck import FAST, LOCAL, Delta, ReadRecorder
+from .fastcheck import FAST, LOCAL, Delta, EntryRefs, ReadRecorder
 from .invariants import INVARIANTS, Invariant, Scope, in_scope
 from .logic import CONCRETE
 from .state import STATE_FIELDS, Layout, State
@@ -83,34 +83,55 @@ class IncrementalChecker:
         self.skipped = 0
         self.evaluated = 0  # full checks
         self.local = 0  # checks of what changed only
+        # Speed (the checker runs after every event): the invariants of each scope, and the
+        # ones each set of changed fields may affect, are worked out once and remembered.
+        self._in_scope: dict[Scope | None, tuple[Invariant, ...]] = {}
+        self._affected: dict[frozenset[str], frozenset[str]] = {}
+        self._refs = EntryRefs()  # which entries reference each page, kept up to date
+
+    def _scoped(self, scope: Scope | None) -> tuple[Invariant, ...]:
+        found = self._in_scope.get(scope)
+        if found is None:
+            found = self._in_scope[scope] = tuple(i for i in INVARIANTS if in_scope(i, scope))
+        return found
+
+    def _affected_by(self, changed: frozenset[str]) -> frozenset[str]:
+        found = self._affected.get(changed)
+        if found is None:
+            found = self._affected[changed] = frozenset(
+                n for n, reads in self.reads.items() if reads & changed)
+        return found
 
     def violated(self, s: State, scope: Scope | None = None) -> list[Invariant]:
         last = self._last
-        changed = (frozenset(STATE_FIELDS) if last is None else
-                   frozenset(f for f in STATE_FIELDS if getattr(s, f) is not getattr(last, f)))
-        held = set() if last is None else {n for n in self._held if not self.reads[n] & changed}
+        if last is None:
+            changed = frozenset(STATE_FIELDS)
+            held: set[str] = set()
+        else:
+            old, new = last.__dict__, s.__dict__
+            changed = frozenset(f for f in STATE_FIELDS if new[f] is not old[f])
+            held = self._held - self._affected_by(changed)
         # invariants that held in `last` and whose inputs changed: on sparse states, only
         # what changed is looked at (`fastcheck.LOCAL`) where a check of that kind exists
-        delta = None if last is None else Delta(last, s, changed)
+        delta = None if last is None else Delta(last, s, changed, self._refs)
         bad: list[Invariant] = []
-        for inv in INVARIANTS:
-            if not in_scope(inv, scope):
-                continue
-            if inv.name in held:
+        for inv in self._scoped(scope):
+            name = inv.name
+            if name in held:
                 self.skipped += 1
                 continue
             ok: bool | None = None
-            local = LOCAL.get(inv.name)
-            if delta is not None and local is not None and inv.name in self._held:
+            local = LOCAL.get(name)
+            if delta is not None and local is not None and name in self._held:
                 ok = local(self.lay, s, delta)
                 if ok is not None:
                     self.local += 1
             if ok is None:
                 self.evaluated += 1
-                ok = bool(self._checks[inv.name](s))
+                ok = bool(self._checks[name](s))
             if not ok:
                 bad.append(inv)
             else:
-                held.add(inv.name)
+                held.add(name)
         self._last, self._held = s, held
         return bad

@@ -92,7 +92,12 @@ class ConcreteOps:
         return a * k
 
     def lookup(self, arr: Sequence[Term], idx: Term, default: Term = -1) -> Term:
-        return arr[idx] if 0 <= idx < len(arr) else default
+        if idx < 0:
+            return default
+        try:  # past the end reads the default (no `len` call: the model's hottest read)
+            return arr[idx]
+        except IndexError:
+            return default
 
     def store(self, arr: Array, idx: Term, value: Term) -> Array:
         if not 0 <= idx < len(arr):

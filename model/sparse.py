@@ -34,7 +34,7 @@ class SparseArray(Sequence[Any]):
     """An immutable array of `length` values, `default` except at the stored positions."""
 
     __slots__ = ("_base", "_counts", "_hash", "_key", "_merged", "_overlay", "_parent",
-                 "_prev_base", "default", "length", "segments")
+                 "_prev_base", "_unused_from", "default", "length", "segments")
 
     def __init__(self, length: int, default: Any, values: dict[int, Any] | None = None,
                  segments: tuple[int, ...] = (0,)) -> None:
@@ -57,16 +57,8 @@ class SparseArray(Sequence[Any]):
         # the array this one was written from (position `_key`), back to the last fold
         self._parent: SparseArray | None = None
         self._key = -1
-
-    def _make(self, base: dict[int, Any], overlay: dict[int, Any],
-              prev_base: dict[int, Any] | None, merged: frozenset[int],
-              parent: SparseArray | None, key: int, counts: tuple[int, ...]) -> SparseArray:
-        new = object.__new__(SparseArray)
-        new.length, new.default, new.segments, new._base, new._overlay, new._hash = (
-            self.length, self.default, self.segments, base, overlay, None)
-        new._prev_base, new._merged, new._parent, new._key = prev_base, merged, parent, key
-        new._counts = counts
-        return new
+        # every position below this one holds a non-default value (`default_positions`)
+        self._unused_from = 0
 
     # ---- reading --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -112,9 +104,30 @@ class SparseArray(Sequence[Any]):
             if v != default:
                 yield i, v
 
+    def truthy(self) -> list[int]:
+        """The positions whose value is true (any order): comprehensions over the two dicts,
+        no generator step per position (the model lists its live or queued pages often)."""
+        overlay = self._overlay
+        out = [i for i, v in self._base.items() if v and i not in overlay]
+        out += [i for i, v in overlay.items() if v]
+        return out
+
     def used(self) -> builtins.set[int]:
         """The positions whose value is not the default."""
         return {i for i, _ in self.items()}
+
+    def used_in(self, positions: range) -> list[int]:
+        """The positions of `positions` whose value is not the default, in its order (a
+        short range read without a call per position)."""
+        overlay, base, default = self._overlay, self._base, self.default
+        out = []
+        for i in positions:
+            v = overlay.get(i, _MISSING)
+            if v is _MISSING:
+                v = base.get(i, default)
+            if v != default:
+                out.append(i)
+        return out
 
     def count_used_in(self, positions: range) -> int:
         """How many positions of `positions` (a step-1 range) hold a non-default value: O(1)
@@ -125,6 +138,23 @@ class SparseArray(Sequence[Any]):
                 self.segments[k + 1] if k + 1 < len(self.segments) else self.length):
             return self._counts[k]
         return sum(1 for i, _ in self.items() if lo <= i < hi)
+
+    def default_positions(self) -> Iterator[int]:
+        """The positions holding the default value, ascending (lazily). The lowest is
+        remembered from write to write, so finding it costs what changed since, not every
+        stored position (the model takes the lowest unused page record on every
+        allocation)."""
+        overlay, base, default = self._overlay, self._base, self.default
+        i, lowest = self._unused_from, True
+        while i < self.length:
+            v = overlay.get(i, _MISSING)
+            if v is _MISSING:
+                v = base.get(i, default)
+            if v == default:
+                if lowest:  # every position before i holds a non-default value
+                    self._unused_from, lowest = i, False
+                yield i
+            i += 1
 
     # ---- writing ------------------------------------------------------------------------
     def set(self, i: int, value: Any) -> SparseArray:
@@ -147,7 +177,8 @@ class SparseArray(Sequence[Any]):
             counts = (*counts[:k], counts[k] + (1 if now_used else -1), *counts[k + 1:])
         base, prev_base, merged = self._base, self._prev_base, self._merged
         parent: SparseArray | None = self
-        if len(overlay) > min(_MAX_OVERLAY, _MIN_OVERLAY + int(len(base) ** 0.5)):
+        size = len(overlay)
+        if size > _MIN_OVERLAY and size > min(_MAX_OVERLAY, _MIN_OVERLAY + int(len(base) ** 0.5)):
             prev_base, merged, parent = base, frozenset(overlay), None
             base = base.copy()
             for k, v in overlay.items():
@@ -156,7 +187,14 @@ class SparseArray(Sequence[Any]):
                 else:
                     base[k] = v
             overlay = {}
-        return self._make(base, overlay, prev_base, merged, parent, i, counts)
+        # built without __init__: a store is the model's hottest write
+        new = object.__new__(SparseArray)
+        new.length, new.default, new.segments, new._base, new._overlay, new._hash = (
+            self.length, self.default, self.segments, base, overlay, None)
+        new._prev_base, new._merged, new._parent, new._key = prev_base, merged, parent, i
+        new._counts = counts
+        new._unused_from = self._unused_from if now_used or i > self._unused_from else i
+        return new
 
     def changed_since(self, older: SparseArray) -> builtins.set[int] | None:
         """A superset of the positions where this array differs from `older`, when both
@@ -174,10 +212,18 @@ class SparseArray(Sequence[Any]):
             if node is older:
                 return written
         if older._base is self._base:
-            return set(chain(older._overlay, self._overlay))
-        if older._base is self._prev_base:
-            return set(chain(older._overlay, self._merged, self._overlay))
-        return None
+            written = set(chain(older._overlay, self._overlay))
+        elif older._base is self._prev_base:
+            written = set(chain(older._overlay, self._merged, self._overlay))
+        else:
+            return None
+        # past a fold the written positions are those of whole overlays: keep the ones whose
+        # value differs (fewer positions for the checks that look at each)
+        return {i for i in written if self._value(i) != older._value(i)}
+
+    def _value(self, i: int) -> Any:
+        v = self._overlay.get(i, _MISSING)
+        return self._base.get(i, self.default) if v is _MISSING else v
 
     # ---- comparing ------------------------------------------------------------------------
     def _canonical(self) -> frozenset[tuple[int, Any]]:
@@ -215,6 +261,13 @@ def used_items(arr: Sequence[Any], default: Any) -> Iterable[tuple[int, Any]]:
     if isinstance(arr, SparseArray) and arr.default == default:
         return arr.items()
     return ((i, v) for i, v in enumerate(arr) if v != default)
+
+
+def used_in(arr: Sequence[Any], default: Any, positions: range) -> list[int]:
+    """The positions of `positions` where `arr` does not hold `default`."""
+    if isinstance(arr, SparseArray) and arr.default == default:
+        return arr.used_in(positions)
+    return [i for i in positions if arr[i] != default]
 
 
 def sparse(values: Sequence[Any], default: Any) -> SparseArray:

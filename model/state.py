@@ -158,6 +158,10 @@ class Layout:
     priority_of_lc: tuple[int, ...] = field(init=False)
     swa_of_lc: tuple[bool, ...] = field(init=False)
     _offsets: tuple[int, ...] = field(init=False)
+    # speed only: answers the executable model derives from the layout and remembers
+    # (`api._resize_blocks`); not part of the layout's value
+    memo: dict[str, Any] = field(init=False, default_factory=dict, compare=False, hash=False,
+                                 repr=False)
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -342,7 +346,16 @@ def page_ids(ops: Ops, lay: Layout, s: State, flags: Array | None = None) -> Ite
     flag is set (ascending), so the cost follows the pages in use."""
     arr = s.alive if flags is None else flags
     if not ops.symbolic and isinstance(arr, SparseArray):
-        return sorted(p for p, flag in arr.items() if flag)
+        return sorted(arr.truthy())
+    return range(lay.pages)
+
+
+def dead_page_ids(ops: Ops, lay: Layout, s: State) -> Iterable[int]:
+    """The unused page records, ascending (a superset of them for terms): in a sparse state
+    found from the lowest one, which the array remembers, so taking a new page record
+    costs what changed since the last one, not the pages in use."""
+    if not ops.symbolic and isinstance(s.alive, SparseArray) and s.alive.default is False:
+        return s.alive.default_positions()
     return range(lay.pages)
 
 

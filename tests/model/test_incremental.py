@@ -5,12 +5,15 @@ states it reports exactly what the full check reports."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_helpers import perturb, random_calls, reachable
 
+from kvpocket.model.config import NONE, SeqStatus
 from kvpocket.model.fastcheck import ReadRecorder, violated
 from kvpocket.model.incremental import (
     IncrementalChecker,
@@ -20,7 +23,9 @@ from kvpocket.model.incremental import (
 )
 from kvpocket.model.invariants import INVARIANTS
 from kvpocket.model.logic import CONCRETE
-from kvpocket.model.state import Layout, State
+from kvpocket.model.machine import Model
+from kvpocket.model.sparse import SparseArray
+from kvpocket.model.state import Layout, State, evolve
 from kvpocket.verify.presets import PRESETS
 
 
@@ -97,3 +102,56 @@ def test_fields_read_off_the_miniature_are_the_fields_read() -> None:
             assert miniature(cfg) != cfg
             assert fields_read_by_evaluation(Layout(miniature(cfg))) == \
                 fields_read_by_evaluation(Layout(cfg)), p.name
+
+
+def _store(arr: Sequence[Any], i: int, value: object) -> SparseArray:
+    assert isinstance(arr, SparseArray)  # the models below keep every array sparse
+    return arr.set(i, value)
+
+
+@given(shift=st.integers(-3, 3), grow=st.integers(-3, 3))
+@settings(max_examples=30, deadline=None)
+def test_lengths_changed_alone_are_rechecked_where_blocks_change_sides(shift: int,
+                                                                        grow: int) -> None:
+    # A resize per decoded token re-checks only the blocks that crossed the capacity or
+    # the window's edge (`fastcheck._window_moved`). Here only the lengths change, no entry
+    # with them (a window or capacity off by one or more): the local check must see it.
+    m = Model(replace(PRESETS["two-level"].config, slots_per_level=(40, 40)), sparse_above=0)
+    m.create(0, [1, 2])
+    assert m.resume(0) and m.resize(0, 9, 8)  # 2 tokens per block, SWA window 3
+    checker = IncrementalChecker(m.layout)
+    assert checker.violated(m.state) == []
+    s = m.state
+    moved = evolve(s, history=_store(s.history, 0, s.history[0] + shift),
+                   capacity=_store(s.capacity, 0, s.capacity[0] + grow))
+    assert checker.violated(moved) == violated(CONCRETE, m.layout, moved)
+    if shift >= 2 or abs(grow) >= 2:  # a block left the window, or crossed the capacity
+        assert "window_is_mapped" in {i.name for i in checker.violated(moved)}
+    if (shift, grow) != (0, 0):
+        assert checker.local > 0  # the check of what changed ran
+
+
+def test_entry_and_status_corruptions_are_caught_by_the_local_checks() -> None:
+    # The local checks of the entry-wide invariants (a sequence's status against its
+    # blocks and locks, a parked page that a block references) look at the changed
+    # entries and sequences only: each corruption of that kind is still reported.
+    m = Model(PRESETS["tiny"].config.with_pocket(True, "revalidate"), sparse_above=0)
+    m.create(0, [1, 2])
+    assert m.resume(0)
+    m.stop_committing(0)
+    assert m.resize(0, 4, 3) and m.resize(0, 6, 5)  # block 0 left the window: parked
+    s, lay = m.state, m.layout
+    parked = [p for p in s.pocket if p != NONE]
+    assert parked and violated(CONCRETE, lay, s) == []
+    wrong = {"gone_sequences_hold_nothing": evolve(
+                 s, seq_status=_store(s.seq_status, 0, int(SeqStatus.CLOSED))),
+             "inactive_sequences_unlocked": evolve(
+                 s, seq_status=_store(s.seq_status, 0, int(SeqStatus.SUSPENDED))),
+             "pocket_entries_orphaned": evolve(
+                 s, entry=_store(s.entry, lay.entry_ix(CONCRETE, 1, 0, 3), parked[0]))}
+    for name, bad in wrong.items():
+        checker = IncrementalChecker(lay)
+        assert checker.violated(s) == []
+        found = checker.violated(bad)
+        assert found == violated(CONCRETE, lay, bad)
+        assert name in {i.name for i in found}

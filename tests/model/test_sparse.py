@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from model_helpers import random_calls
 
 from kvpocket.model import Model
+from kvpocket.model.executor import Candidates, LookupLabel
 from kvpocket.model.logic import CONCRETE, any_equal, count_equal, replace_equal
 from kvpocket.model.sparse import SparseArray, used_items
 from kvpocket.model.state import STATE_FIELDS
@@ -44,6 +46,23 @@ def test_reads_like_the_tuple_it_stands_for(writes: list[tuple[int, int]], seg: 
         assert tuple(replace_equal(CONCRETE, a, 2, -1)) == tuple(-1 if v == 2 else v for v in t)
     rebuilt = SparseArray(300, -1, {i: v for i, v in enumerate(ref)})
     assert rebuilt == arr and hash(rebuilt) == hash(arr)  # equal whatever the history
+
+
+@settings(max_examples=60, deadline=None)
+@given(writes=st.lists(st.tuples(st.integers(0, 39), st.booleans(), st.booleans()), max_size=200))
+def test_default_positions_are_the_unused_ones_after_any_writes(
+        writes: list[tuple[int, bool, bool]]) -> None:
+    """The remembered lowest unused position follows writes either way (a used position
+    freed below it, the lowest one taken), read or not between writes, on every version."""
+    arr = SparseArray(40, False)
+    versions = [arr]
+    for i, value, read in writes:
+        arr = arr.set(i, value)
+        versions.append(arr)
+        if read:
+            assert list(arr.default_positions()) == [k for k in range(40) if not arr[k]]
+    for a in versions:  # older versions keep their own answer
+        assert list(a.default_positions()) == [k for k in range(40) if not a[k]]
 
 
 @settings(max_examples=60, deadline=None)
@@ -119,3 +138,33 @@ def test_a_run_at_real_geometry_stores_what_it_uses() -> None:
     assert 0 < pages <= 2 * 16 * cfg.num_life_cycles
     assert stored <= 16 * pages
     assert m.state.slot_owner[random.Random(0).randrange(50_000, 100_000)] == -1
+
+
+@given(want=st.integers(0, 9), named=st.one_of(st.none(), st.integers(-1, 12)))
+@settings(max_examples=60, deadline=None)
+def test_a_looked_up_label_finds_what_the_search_finds(want: int, named: int | None) -> None:
+    """A recorded label is looked up (`LookupLabel`) instead of searched for: whatever the
+    lookup answers (right, wrong, illegal, nothing), the candidate found is the one the
+    search over every candidate finds, and the lookup is what answers when it is right."""
+    legal = {1, 3, 4, 7, 8}
+    labels = {c: (0, 0, 2 * c) for c in range(10)}
+    asked: list[object] = []
+
+    def lookup(label: object) -> int | None:
+        asked.append(label)
+        return named
+
+    def found(label: Callable[[int], object]) -> int | None:
+        return Candidates(range(10), legal.__contains__, label).find((0, 0, 2 * want))
+
+    searched = found(labels.__getitem__)
+    assert searched == (want if want in legal else None)
+    assert found(LookupLabel(labels.__getitem__, lookup)) == searched and asked
+    scanned: list[int] = []
+
+    def counted(c: int) -> object:
+        scanned.append(c)
+        return labels[c]
+
+    if named == want and want in legal:  # a right answer is checked, not searched for
+        assert found(LookupLabel(counted, lookup)) == want and scanned == [want]

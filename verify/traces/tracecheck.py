@@ -495,7 +495,8 @@ class EventChecker:
                 diffs.append(f"status of sequence {seq}: log {obs['status']}, model {status}")
             nb = num_blocks_for(s.capacity[q], self.cfg.tokens_per_block)
             for lc, row in enumerate(obs.get("index", [])):
-                want_row = [s.index[lay.entry_ix(m.ops, q, lc, o)] for o in range(nb)] \
+                first = lay.entry_ix(m.ops, q, lc, 0)  # a row's blocks are consecutive
+                want_row = [s.index[first + o] for o in range(min(nb, lay.blocks))] \
                     if lc < lay.lcs else None
                 if want_row != row:
                     diffs.append(f"page index of sequence {seq}, life cycle {lc}: log {row}, "
