@@ -67,7 +67,7 @@ class EventLogWriter:
         self._events = 0
         self._before_tables: list[list[int]] = []
         self._hit: list[list[Any]] = []
-        self._before_cached_free: set[int] = set()
+        self._before_cached: set[int] = set()
         self.closed = False
 
     def _emit(self, obj: dict[str, Any]) -> None:
@@ -120,8 +120,11 @@ class EventLogWriter:
         each it reuses, before the allocation evicts any), which free blocks are cached."""
         self._before_tables = self._tables(req.rid) if hit_tables is None else hit_tables
         self._hit = [] if hit_tables is None else self._hit_choices(hit_tables, hashes or [])
-        self._before_cached_free = {b.block_id for b in self.pool.free_queue()
-                                    if self.pool.keys_of(b)}
+        # Every cached block, free or not: vLLM frees the request's out-of-window blocks
+        # inside `allocate_slots`, before it allocates, so a block cached and in use before
+        # the call may be freed and evicted by it (the model released it earlier).
+        self._before_cached = {b.block_id for b in self.pool.pool.blocks
+                               if not self.pool.is_null(b) and self.pool.keys_of(b)}
 
     def _copies(self, block_hash: Any, group: int | None = None) -> list[int]:
         """The blocks vLLM's hash map holds under `block_hash` (in `group`, or any)."""
@@ -164,7 +167,7 @@ class EventLogWriter:
                 if fresh and b != self.pool.null_id:
                     new.append((i, g, b))
                     popped.append(b)
-        victims = [["victim", [0, 0, b - 1]] for b in popped if b in self._before_cached_free]
+        victims = [["victim", [0, 0, b - 1]] for b in popped if b in self._before_cached]
         slots = [["slot", b - 1] for _, _, b in sorted(new)]
         return victims + slots
 
