@@ -570,7 +570,8 @@ def _reused_blocks(ex: Executor, found: list[list[list[int]]], full: int) -> int
     such that every block a life cycle still reads at history k·t has a committed copy
     (a sliding window does not read the blocks before it, which may be gone). The
     manager's `reuse` choice, labelled by the tokens reused; the first option is the
-    longest prefix whose every block is cached (`full`, the `lru` profile's rule)."""
+    longest prefix whose every block is cached (`full`, the `lru` profile's rule), and
+    with no other option there is no choice."""
     t, lcs = ex.lay.cfg.tokens_per_block, range(ex.lay.lcs)
     # a life cycle without a window reads every block: no k past its first missing one
     most = min([len(found), *(next((o for o in range(len(found)) if not found[o][lc]),
@@ -581,6 +582,8 @@ def _reused_blocks(ex: Executor, found: list[list[list[int]]], full: int) -> int
         return all(found[o][lc] or _stale(ex, lc, o, k * t) for o in range(k) for lc in lcs)
 
     options = [full, *(k for k in range(most + 1) if k != full and reads_cached(k))]
+    if len(options) == 1:
+        return full
     return options[int(ex.choose(REUSE, range(len(options)), lambda j: True,
                                  lambda j: options[j] * t))]
 
@@ -598,12 +601,13 @@ def create(ex: Executor, seq: int, prompt: tuple[int, ...]) -> None:
     free = ops.or_(ops.eq(ex.s.seq_status[seq], int(SeqStatus.FREE)),
                    ops.eq(ex.s.seq_status[seq], int(SeqStatus.CLOSED)))
     ex.require(free, SequenceStateError(f"create: sequence {seq} is in use"))
-    copies = _copies_by_key(ex)
     keys = {k: i for i, k in enumerate(ex.s.block_keys)}
     most = min(len(prompt) // t, lay.blocks)
-    # per block and life cycle, the committed copies of the prompt's block
-    found = [[copies.get((keys.get(tuple(prompt[: (o + 1) * t]), NONE), lc), [])
-              for lc in range(lay.lcs)] for o in range(most)]
+    prompt_keys = [keys.get(tuple(prompt[: (o + 1) * t]), NONE) for o in range(most)]
+    # per block and life cycle, the committed copies of the prompt's block (no key was
+    # ever committed: no page is read, as in the symbolic engines, which have no content)
+    copies = _copies_by_key(ex) if any(k != NONE for k in prompt_keys) else {}
+    found = [[copies.get((key, lc), []) for lc in range(lay.lcs)] for key in prompt_keys]
     full = next((o for o in range(most) if not all(found[o])), most)
     k = full if lru(lay) else _reused_blocks(ex, found, full)
     m = k * t

@@ -141,7 +141,7 @@ class VllmInstance:
     """
 
     def __init__(self, cfg: TargetConfig, swa_manager_class: type | None = None,
-                 trace_check: str = "report") -> None:
+                 trace_check: str = "strict") -> None:
         self.cfg = cfg
         self.api = a = api()
         self.stats = StepStats()
@@ -419,16 +419,15 @@ class VllmInstance:
             if not verdict.ok:
                 if self.trace_check == "strict":
                     raise CheckFailure("trace", verdict.report)
-                # Until the safety spec lands, the current model's LRU victims and
-                # deduplicated commits differ from vLLM's by design (docs/targets/vllm.md):
-                # the first divergence is counted, not failed.
+                # "report": a release whose internals the mapping was not validated on
+                # (docs/targets/vllm.md): the first divergence is counted, not failed.
                 self.stats.hit(f"trace_divergence: {verdict.kind}")
 
 
 class VllmTarget:
     name = "vllm"
 
-    def __init__(self, swa_manager_class: type | None = None, trace_check: str = "report"
+    def __init__(self, swa_manager_class: type | None = None, trace_check: str = "strict"
                  ) -> None:
         self.swa_manager_class = swa_manager_class
         self.trace_check = trace_check

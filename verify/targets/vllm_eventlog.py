@@ -119,7 +119,8 @@ class EventLogWriter:
         of its prefix-cache hit, which the model's `create` reuses, and which copy of
         each it reuses, before the allocation evicts any), which free blocks are cached."""
         self._before_tables = self._tables(req.rid) if hit_tables is None else hit_tables
-        self._hit = [] if hit_tables is None else self._hit_choices(hit_tables, hashes or [])
+        self._hit = [] if hit_tables is None else \
+            self._reuse_choice(hit_tables, hashes or []) + self._hit_choices(hit_tables, hashes or [])
         # Every cached block, free or not: vLLM frees the request's out-of-window blocks
         # inside `allocate_slots`, before it allocates, so a block cached and in use before
         # the call may be freed and evicted by it (the model released it earlier).
@@ -134,6 +135,15 @@ class EventLogWriter:
             if h == block_hash and group in (None, g):
                 out.append(b.block_id)
         return out
+
+    def _reuse_choice(self, hit_tables: list[list[int]], hashes: list[Any]) -> list[list[Any]]:
+        """vLLM's sliding-window hit needs only the blocks in the window to be cached; when
+        an earlier block is gone the hit is longer than the model's default (the longest
+        prefix whose every block is cached): the model's `reuse` choice, in tokens."""
+        blocks = max((len(t) for t in hit_tables), default=0)
+        full = next((o for o in range(blocks) if not all(
+            self._copies(hashes[o], g) for g in range(len(hit_tables)))), blocks)
+        return [] if full == blocks else [["reuse", blocks * self.cfg.block_size]]
 
     def _hit_choices(self, hit_tables: list[list[int]], hashes: list[Any]) -> list[list[Any]]:
         """A hit block cached more than once (vLLM caches a recomputed block again) is the
@@ -175,8 +185,7 @@ class EventLogWriter:
         """Admission with a hit of `hit` tokens (`before` had its blocks); `hashes`: the
         request's block hashes."""
         s = self.seq(req)
-        self._event("create", {"seq": s, "prompt": req.tokens[:hit]},
-                    choices=[["reuse", hit], *self._hit])
+        self._event("create", {"seq": s, "prompt": req.tokens[:hit]}, choices=self._hit)
         self._event("resume", {"seq": s}, True, choices=[])
         self.scheduled(req, hit, end, hashes)
 
