@@ -397,7 +397,7 @@ def _caches_again(ex: Executor) -> bool:
     spec it is the manager's choice, labelled "stop" or "cache"."""
     if lru(ex.lay):
         return False
-    return ex.choose(CLASH, range(2), lambda j: True, CLASH_LABELS.__getitem__) == 1
+    return bool(ex.choose(CLASH, range(2), lambda j: True, CLASH_LABELS.__getitem__) == 1)
 
 
 def commit(ex: Executor, seq: int, tokens: tuple[int, ...]) -> None:
