@@ -609,7 +609,7 @@ def create(ex: Executor, seq: int, prompt: tuple[int, ...]) -> None:
     copies = _copies_by_key(ex) if any(k != NONE for k in prompt_keys) else {}
     found = [[copies.get((key, lc), []) for lc in range(lay.lcs)] for key in prompt_keys]
     full = next((o for o in range(most) if not all(found[o])), most)
-    k = full if lru(lay) else _reused_blocks(ex, found, full)
+    k = full if lru(lay) or not copies else _reused_blocks(ex, found, full)
     m = k * t
     ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.ALLOWED))
     ex.do("set_lengths", seq=seq, capacity=m, history=m, committed=m)
