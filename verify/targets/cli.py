@@ -115,7 +115,7 @@ def print_report(report: TargetReport) -> None:
         if diverged:  # report mode: say what was not held against the engine
             print("  the data oracle and pool invariants passed; the event log diverged from the "
                   f"kvpocket model in {diverged} example(s), counted, not failed (report mode: "
-                  "VllmTarget(trace_check=\"report\"), docs/targets/vllm.md)")
+                  "KVPOCKET_VLLM_TRACE_CHECK=report, docs/targets/vllm.md)")
         else:
             print("  every check passed (data oracle, pool invariants, event log)")
         return
