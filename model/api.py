@@ -418,11 +418,27 @@ def park_or_release(ex: Executor, seq: int, lc: int, o: int, page: Term) -> None
         ex.do("release", page=page)
 
 
+CLASH = "clash"  # the choice kind: what commit does with a block whose key is committed
+CLASH_LABELS = ("stop", "cache")  # stop committing / cache the block again
+
+
+def _caches_again(ex: Executor) -> bool:
+    """A newly full block's key is already committed (its content was computed twice).
+    Stopping committing (TensorRT-LLM; kvpocket's own `lru` profile, where it is the only
+    option) and caching the block a second time under the same key (vLLM, which never
+    deduplicates so that block tables stay append-only) are both safe: under the safety
+    spec it is the manager's choice, labelled "stop" or "cache"."""
+    if lru(ex.lay):
+        return False
+    return bool(ex.choose(CLASH, range(2), lambda j: True, CLASH_LABELS.__getitem__) == 1)
+
+
 def commit(ex: Executor, seq: int, tokens: tuple[int, ...]) -> None:
     """Commit tokens; every newly full block's pages become committed under its prefix key.
 
     Concrete-only (block keys intern token content). If a committed block with the same
-    key exists, committing stops (USER_STOP) instead of rebasing onto it.
+    key exists, committing stops (USER_STOP) instead of rebasing onto it, or (safety
+    spec, the manager's `clash` choice) the block is cached a second time.
     """
     ops, lay, cfg = ex.ops, ex.lay, ex.lay.cfg
     t = cfg.tokens_per_block
@@ -446,7 +462,7 @@ def commit(ex: Executor, seq: int, tokens: tuple[int, ...]) -> None:
             ex.s.alive[q] and ex.s.committed[q] and ex.s.key[q] == key
             for q in page_ids(ex.ops, lay, ex.s)
         )
-        if clash:
+        if clash and not _caches_again(ex):
             stopped = True
             break
         for lc in range(lay.lcs):
@@ -556,8 +572,59 @@ def close(ex: Executor, seq: int) -> None:
         ex.do("set_status", seq=seq, status=int(SeqStatus.CLOSED))
 
 
+HIT = "hit"  # the choice kind: which cached copy of a block a prefix match reuses
+
+
+def _copies_by_key(ex: Executor) -> dict[tuple[int, int], list[int]]:
+    """(block key, life cycle) -> its committed pages (more than one only when a manager
+    cached a block again on a `clash`), in one pass over the live pages."""
+    s = ex.s
+    out: dict[tuple[int, int], list[int]] = {}
+    for q in page_ids(ex.ops, ex.lay, s):
+        if s.alive[q] and s.committed[q]:
+            out.setdefault((int(s.key[q]), int(s.lc[q])), []).append(q)
+    return out
+
+
+def _reused_copy(ex: Executor, copies: list[int]) -> int:
+    """The copy a prefix match reuses: any is safe, so with more than one it is the
+    manager's `hit` choice, labelled by where the copy sits."""
+    if len(copies) == 1:
+        return copies[0]
+    return int(ex.choose(HIT, range(ex.lay.pages), copies.__contains__,
+                         lambda p: _where(ex, p), among=lambda: copies))
+
+
+REUSE = "reuse"  # the choice kind: how many prompt tokens `create` reuses from the cache
+
+
+def _reused_blocks(ex: Executor, found: list[list[list[int]]], full: int) -> int:
+    """How many whole blocks of the prompt `create` reuses, under the safety spec: any k
+    such that every block a life cycle still reads at history k·t has a committed copy
+    (a sliding window does not read the blocks before it, which may be gone). The
+    manager's `reuse` choice, labelled by the tokens reused; the first option is the
+    longest prefix whose every block is cached (`full`, the `lru` profile's rule), and
+    with no other option there is no choice."""
+    t, lcs = ex.lay.cfg.tokens_per_block, range(ex.lay.lcs)
+    # a life cycle without a window reads every block: no k past its first missing one
+    most = min([len(found), *(next((o for o in range(len(found)) if not found[o][lc]),
+                                   len(found))
+                              for lc in lcs if ex.lay.cfg.life_cycles[lc].window is None)])
+
+    def reads_cached(k: int) -> bool:
+        return all(found[o][lc] or _stale(ex, lc, o, k * t) for o in range(k) for lc in lcs)
+
+    options = [full, *(k for k in range(most + 1) if k != full and reads_cached(k))]
+    if len(options) == 1:
+        return full
+    return options[int(ex.choose(REUSE, range(len(options)), lambda j: True,
+                                 lambda j: options[j] * t))]
+
+
 def create(ex: Executor, seq: int, prompt: tuple[int, ...]) -> None:
-    """Create a SUSPENDED sequence, reusing the longest fully committed prefix of `prompt`.
+    """Create a SUSPENDED sequence, reusing a cached prefix of `prompt`: the longest whose
+    every block is committed, or (safety spec, the manager's `reuse` choice) any prefix
+    whose blocks in every window are.
 
     Concrete-only in its prefix match (it reads token content).
     """
@@ -567,26 +634,23 @@ def create(ex: Executor, seq: int, prompt: tuple[int, ...]) -> None:
     free = ops.or_(ops.eq(ex.s.seq_status[seq], int(SeqStatus.FREE)),
                    ops.eq(ex.s.seq_status[seq], int(SeqStatus.CLOSED)))
     ex.require(free, SequenceStateError(f"create: sequence {seq} is in use"))
-    matched: list[list[int]] = []
-    for o in range(min(len(prompt) // t, lay.blocks)):
-        prefix = tuple(prompt[: (o + 1) * t])
-        if prefix not in ex.s.block_keys:
-            break
-        key = ex.s.block_keys.index(prefix)
-        pages = [next((q for q in page_ids(ops, lay, ex.s) if ex.s.alive[q] and ex.s.committed[q]
-                       and ex.s.key[q] == key and ex.s.lc[q] == lc), NONE)
-                 for lc in range(lay.lcs)]
-        if NONE in pages:
-            break
-        matched.append(pages)
-    m = len(matched) * t
+    keys = {k: i for i, k in enumerate(ex.s.block_keys)}
+    most = min(len(prompt) // t, lay.blocks)
+    prompt_keys = [keys.get(tuple(prompt[: (o + 1) * t]), NONE) for o in range(most)]
+    # per block and life cycle, the committed copies of the prompt's block (no key was
+    # ever committed: no page is read, as in the symbolic engines, which have no content)
+    copies = _copies_by_key(ex) if any(k != NONE for k in prompt_keys) else {}
+    found = [[copies.get((key, lc), []) for lc in range(lay.lcs)] for key in prompt_keys]
+    full = next((o for o in range(most) if not all(found[o])), most)
+    k = full if lru(lay) or not copies else _reused_blocks(ex, found, full)
+    m = k * t
     ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.ALLOWED))
     ex.do("set_lengths", seq=seq, capacity=m, history=m, committed=m)
     ex.s = _with_tokens(ex, seq, tuple(prompt[:m]), ex.s.block_keys)
-    for o, pages in enumerate(matched):
-        for lc, page in enumerate(pages):
+    for o in range(k):
+        for lc, pages in enumerate(found[o]):
             for _ in ex.when(ops.not_(_stale(ex, lc, o, m))):
-                ex.do("hold", page=page, seq=seq, lc=lc, ordinal=o)
+                ex.do("hold", page=_reused_copy(ex, pages), seq=seq, lc=lc, ordinal=o)
     ex.do("set_status", seq=seq, status=int(SeqStatus.SUSPENDED))
 
 

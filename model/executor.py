@@ -152,8 +152,9 @@ class _LazyLabels(Sequence[object]):
 
 
 # The choices an implementation makes too (and records); "page" (which dead page record a
-# new page reuses) is the model's own bookkeeping.
-CHOICE_KINDS = ("slot", "victim", "pocket")
+# new page reuses) is the model's own bookkeeping. "clash", "hit" and "reuse" are
+# `api.CLASH`, `api.HIT` and `api.REUSE`.
+CHOICE_KINDS = ("slot", "victim", "pocket", "clash", "hit", "reuse")
 OnMissing = Literal["lowest", "note", "raise"]
 
 

@@ -37,6 +37,8 @@ PARKED_DROPPED = "a parked victim is dropped, not migrated (evict_parked=drop)"
 # The victim condition: safety (any queued page) or the `lru` policy profile (the head).
 VICTIM_QUEUED = "page is queued for eviction (safety: any queued page may be the victim)"
 VICTIM_HEAD = "page is the head of its level's eviction queue"
+# The `lru` profile's key uniqueness (the safety spec lets a block be cached twice: `clash`).
+KEY_UNIQUE = "no committed page of that life cycle has the key"
 Cond = tuple[str, Term]  # (English description of the condition, its truth value)
 
 
@@ -657,20 +659,22 @@ def g_commit_page(ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
     page, key = p["page"], p["key"]
     owner = ops.lookup(s.owner, page, NONE)
     e = lay.entry_ix(ops, owner, ops.lookup(s.lc, page, 0), ops.lookup(s.ordinal, page, 0))
-    lc = ops.lookup(s.lc, page, 0)
-    clash = ops.or_(*(
-        ops.and_(s.alive[q], s.committed[q], ops.eq(s.key[q], key), ops.eq(s.lc[q], lc))
-        for q in page_ids(ops, lay, s)
-    ))
-    return [
+    conds = [
         ("page is alive", ops.lookup(s.alive, page, False)),
         ("page is uncommitted", ops.not_(ops.lookup(s.committed, page, True))),
         ("page is not migrating", ops.not_(moving(ops, s, page))),
         ("owner may commit", ops.eq(ops.lookup(s.commit_state, owner, -1), int(CommitState.ALLOWED))),
         ("owner's block holds the page", ops.and_(ops.ne(e, -1), ops.eq(ops.lookup(s.entry, e, NONE), page))),
         ("key is a block key", ops.le(0, key)),
-        ("no committed page of that life cycle has the key", ops.not_(clash)),
     ]
+    if lru(lay):  # policy: kvpocket commits a key once; the safety spec allows a second copy
+        lc = ops.lookup(s.lc, page, 0)
+        clash = ops.or_(*(
+            ops.and_(s.alive[q], s.committed[q], ops.eq(s.key[q], key), ops.eq(s.lc[q], lc))
+            for q in page_ids(ops, lay, s)
+        ))
+        conds.append((KEY_UNIQUE, ops.not_(clash)))
+    return conds
 
 
 def e_commit_page(ops: Ops, lay: Layout, s: State, p: Params) -> State:

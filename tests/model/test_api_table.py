@@ -115,7 +115,7 @@ def test_recorded_chooser_policies() -> None:
     left = RecordedChooser({"slot": [1, 2], "pocket": []})
     left.choose("slot", [1], [1])
     assert left.left() == {"slot": [2]}
-    assert set(CHOICE_KINDS) == {"slot", "victim", "pocket"}
+    assert set(CHOICE_KINDS) == {"slot", "victim", "pocket", "clash", "hit", "reuse"}
 
 
 def test_one_validator_reads_both_forms_of_the_table() -> None:

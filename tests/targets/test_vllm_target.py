@@ -144,3 +144,99 @@ def test_the_cli_runs_the_campaign_and_writes_json(tmp_path: Path,
 def test_an_unknown_preset_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fuzz", "--target", "vllm", "--config", "tiny"]) == 2
     assert "hybrid, swa, full" in capsys.readouterr().err
+
+
+# ---- the event log under the safety spec, strictly --------------------------------------
+
+# One workload per former divergence between vLLM and the model (docs/targets/vllm.md):
+# a block recomputed under a hash already cached (`clash`: vLLM caches it again), then a
+# hit with both copies cached (`hit`); a prefix hit (the hit blocks are the model's
+# `create`, not new slots); a sliding-window hit past an evicted block (`reuse`); an
+# out-of-window block freed and evicted inside the same `allocate_slots` (a victim).
+FORMER_DIVERGENCES = [
+    ("full", [Op("arrive", (0, 0, 0)), Op("schedule", (0, 1, 2)), Op("preempt", (0,)),
+              Op("schedule", (0, 1, 3)), Op("preempt", (0,)), Op("schedule", (0, 1, 1))]),
+    ("full", [Op("arrive", (0, 4, 0)), Op("schedule", (0, 4, 1)), Op("arrive", (0, 6, 1)),
+              Op("schedule", (1, 6, 1))]),
+    ("swa", [Op("arrive", (0, 0, 0)), Op("schedule", (0, 1, 1)), Op("schedule", (0, 1, 3)),
+             Op("schedule", (0, 1, 7)), Op("preempt", (0,)), Op("schedule", (0, 1, 1))]),
+    ("swa", [Op("arrive", (0, 5, 6)), Op("schedule", (0, 4, 3))]),
+]
+
+
+def _event_log(preset: str, ops: list[Op], writer: type | None = None) -> list[str]:
+    """The run's event log (every other check on), written by `writer` if given (a
+    subclass of the mapping's writer with a planted bug)."""
+    from kvpocket.verify.targets.vllm import VllmInstance, VllmTarget
+
+    class Capture(VllmTarget):
+        def build(self, cfg: Any) -> VllmInstance:
+            inst = super().build(cfg)
+            if writer is not None:
+                inst.events.__class__ = writer
+            runs.append(inst)
+            return inst
+
+    runs: list[VllmInstance] = []
+    run_ops(Capture(trace_check="off"), PRESETS[preset], ops)
+    return runs[-1].events.lines
+
+
+@pytest.mark.parametrize("case", range(len(FORMER_DIVERGENCES)))
+def test_each_former_divergence_passes_the_strict_trace_check(case: int) -> None:
+    from kvpocket.verify.targets.vllm_eventlog import check_event_log
+
+    preset, ops = FORMER_DIVERGENCES[case]
+    lines = _event_log(preset, ops)
+    verdict = check_event_log(lines)
+    assert verdict.ok, verdict.report
+    kinds = {c[0] for line in lines[1:-1] for c in json.loads(line).get("choices", [])}
+    wanted = [{"clash", "hit"}, {"slot"}, {"reuse"}, {"victim"}][case]
+    assert wanted <= kinds, (kinds, lines)  # the workload reaches what it is named for
+    from kvpocket.verify.targets.vllm import VllmTarget
+
+    run_ops(VllmTarget(), PRESETS[preset], ops)  # the default (strict) target passes it
+
+
+def _buggy_writers() -> dict[str, type]:
+    """The mapping with one planted bug each (the shipped writer is untouched)."""
+    from kvpocket.verify.targets.vllm_eventlog import EventLogWriter
+
+    class NoClash(EventLogWriter):  # the recomputed block is not said to be cached again
+        def _clash_choices(self, *args: Any) -> list[list[Any]]:
+            return []
+
+    class FreeVictimsOnly(EventLogWriter):  # a block freed inside the call is no victim
+        def before(self, req: Any, *args: Any) -> None:
+            super().before(req, *args)
+            self._before_cached = {b.block_id for b in self.pool.free_queue()
+                                   if self.pool.keys_of(b)}
+
+    class NoReuse(EventLogWriter):  # the window-only hit is not logged as a reuse choice
+        def _reuse_choice(self, *args: Any) -> list[list[Any]]:
+            return []
+
+    return {"clash": NoClash, "victim": FreeVictimsOnly, "reuse": NoReuse}
+
+
+@pytest.mark.parametrize(("bug", "case"), [("clash", 0), ("victim", 3), ("reuse", 2)])
+def test_a_planted_mapping_bug_is_rejected_by_the_strict_trace_check(bug: str, case: int
+                                                                     ) -> None:
+    from kvpocket.verify.targets.base import CheckFailure
+    from kvpocket.verify.targets.vllm import VllmInstance, VllmTarget
+    from kvpocket.verify.targets.vllm_eventlog import check_event_log
+
+    preset, ops = FORMER_DIVERGENCES[case]
+    writer = _buggy_writers()[bug]
+    verdict = check_event_log(_event_log(preset, ops, writer))
+    assert not verdict.ok and verdict.line is not None
+    # and through the target itself: the strict default fails the run on it
+
+    class Planted(VllmTarget):
+        def build(self, cfg: Any) -> VllmInstance:
+            inst = super().build(cfg)
+            inst.events.__class__ = writer
+            return inst
+
+    with pytest.raises(CheckFailure, match="trace"):
+        run_ops(Planted(), PRESETS[preset], ops)

@@ -190,3 +190,45 @@ def test_order_is_part_of_the_configuration() -> None:
     assert KVConfig.from_json(data).order is Order.ANY  # logs written before it existed
     with pytest.raises(ValueError, match="invalid config field 'order': expected one of any, lru"):
         KVConfig.from_json({**data, "order": "mru"})
+
+
+def _clash_log(path: Path, clash: list[list[Any]], hit: list[list[Any]]) -> Path:
+    """Two sequences compute the same block; the second commit clashes (`clash` choices as
+    given), then it commits on; a third sequence's prompt hits the block (`hit` choices)."""
+    from kvpocket.model.config import LifeCycle, PocketConfig
+
+    cfg = KVConfig(tokens_per_block=2, life_cycles=(LifeCycle("full"),), slots_per_level=(6,),
+                   num_sequences=3, max_blocks=3, pocket=PocketConfig(enabled=False))
+    ev = [("create", {"seq": 0, "prompt": []}, None, []),
+          ("resume", {"seq": 0}, True, []),
+          ("resize", {"seq": 0, "capacity": 2, "history": 0}, True, [["slot", 0]]),
+          ("commit", {"seq": 0, "tokens": [1, 2]}, None, []),
+          ("create", {"seq": 1, "prompt": []}, None, []),
+          ("resume", {"seq": 1}, True, []),
+          ("resize", {"seq": 1, "capacity": 3, "history": 0}, True, [["slot", 1], ["slot", 2]]),
+          ("commit", {"seq": 1, "tokens": [1, 2]}, None, clash),
+          ("commit", {"seq": 1, "tokens": [3]}, None, []),
+          ("create", {"seq": 2, "prompt": [1, 2]}, None, hit),
+          ("resume", {"seq": 2}, True, [])]
+    rows: list[dict[str, Any]] = [{"kvpocket_trace": 1, "kind": "events",
+                                   "config": cfg.to_json()}]
+    rows += [{"action": a, "params": p, "result": r, "choices": c} for a, p, r, c in ev]
+    rows[-1]["observed"] = {"index": [[int(hit[0][1][2]) if hit else 0]]}
+    return _write(path, rows)
+
+
+def test_a_block_cached_twice_is_safe_under_the_safety_spec_only(tmp_path: Path) -> None:
+    """vLLM caches a recomputed block again (`clash` "cache") and a later hit reuses one
+    of the copies (`hit`): legal under `order=any`, not under kvpocket's `lru` profile."""
+    twice = _clash_log(tmp_path / "twice.ndjson", [["clash", "cache"]], [["hit", [0, 0, 1]]])
+    assert _check(twice).ok, _check(twice).report
+    assert not _check(twice, "lru").ok
+    # the other copy is legal too; the log's index must then name it
+    first = _clash_log(tmp_path / "first.ndjson", [["clash", "cache"]], [["hit", [0, 0, 0]]])
+    assert _check(first).ok, _check(first).report
+    # no clash choice reads as "stop": committing on is then refused by the model
+    stopped = _check(_clash_log(tmp_path / "stop.ndjson", [], []))
+    assert not stopped.ok and stopped.kind == "different result" and stopped.line == 10
+    # a hit on a copy that does not exist is rejected on its line
+    bad = _check(_clash_log(tmp_path / "bad.ndjson", [["clash", "cache"]], [["hit", [0, 0, 2]]]))
+    assert not bad.ok and bad.kind == "the model rejects the log's choice" and bad.line == 11

@@ -111,7 +111,7 @@ def print_report(report: TargetReport) -> None:
         if diverged:  # report mode: say what was not held against the engine
             print("  the data oracle and pool invariants passed; the event log diverged from the "
                   f"kvpocket model in {diverged} example(s), counted, not failed (report mode: "
-                  "the mapping's known gaps, docs/targets/vllm.md)")
+                  "KVPOCKET_VLLM_TRACE_CHECK=report, docs/targets/vllm.md)")
         elif any(k.startswith("trace_off") for k in report.coverage):
             print("  every check passed (data oracle, pool invariants; no event log: the "
                   "kvpocket model has one block size per pool, docs/targets/vllm.md)")

@@ -66,7 +66,8 @@ class EventLogWriter:
         self._emit(header)
         self._events = 0
         self._before_tables: list[list[int]] = []
-        self._before_cached_free: set[int] = set()
+        self._hit: list[list[Any]] = []
+        self._before_cached: set[int] = set()
         self.closed = False
 
     def _emit(self, obj: dict[str, Any]) -> None:
@@ -112,11 +113,58 @@ class EventLogWriter:
 
     # -- hooks the target calls around vLLM's calls -----------------------------------
 
-    def before(self, req: Request) -> None:
-        """Just before `allocate_slots`: what the request holds, which free blocks are cached."""
-        self._before_tables = self._tables(req.rid)
-        self._before_cached_free = {b.block_id for b in self.pool.free_queue()
-                                    if self.pool.keys_of(b)}
+    def before(self, req: Request, hit_tables: list[list[int]] | None = None,
+               hashes: list[Any] | None = None) -> None:
+        """Just before `allocate_slots`: what the request holds (at admission: the blocks
+        of its prefix-cache hit, which the model's `create` reuses, and which copy of
+        each it reuses, before the allocation evicts any), which free blocks are cached."""
+        self._before_tables = self._tables(req.rid) if hit_tables is None else hit_tables
+        self._hit = [] if hit_tables is None else \
+            self._reuse_choice(hit_tables, hashes or []) + self._hit_choices(hit_tables, hashes or [])
+        # Every cached block, free or not: vLLM frees the request's out-of-window blocks
+        # inside `allocate_slots`, before it allocates, so a block cached and in use before
+        # the call may be freed and evicted by it (the model released it earlier).
+        self._before_cached = {b.block_id for b in self.pool.pool.blocks
+                               if not self.pool.is_null(b) and self.pool.keys_of(b)}
+
+    def _copies(self, block_hash: Any, group: int | None = None) -> list[int]:
+        """The blocks vLLM's hash map holds under `block_hash` (in `group`, or any)."""
+        out = []
+        for key, b in self.pool.cached_entries():
+            h, g = self.pool.split_key(key)
+            if h == block_hash and group in (None, g):
+                out.append(b.block_id)
+        return out
+
+    def _reuse_choice(self, hit_tables: list[list[int]], hashes: list[Any]) -> list[list[Any]]:
+        """vLLM's sliding-window hit needs only the blocks in the window to be cached; when
+        an earlier block is gone the hit is longer than the model's default (the longest
+        prefix whose every block is cached): the model's `reuse` choice, in tokens."""
+        blocks = max((len(t) for t in hit_tables), default=0)
+        full = next((o for o in range(blocks) if not all(
+            self._copies(hashes[o], g) for g in range(len(hit_tables)))), blocks)
+        return [] if full == blocks else [["reuse", blocks * self.cfg.block_size]]
+
+    def _hit_choices(self, hit_tables: list[list[int]], hashes: list[Any]) -> list[list[Any]]:
+        """A hit block cached more than once (vLLM caches a recomputed block again) is the
+        model's `hit` choice: which copy the match reuses. Block by block, group within
+        block; null blocks (out of the window, not reused) are no choice."""
+        out: list[list[Any]] = []
+        for o in range(max((len(t) for t in hit_tables), default=0)):
+            for g, table in enumerate(hit_tables):
+                if o < len(table) and table[o] != self.pool.null_id \
+                        and len(self._copies(hashes[o], g)) > 1:
+                    out.append(["hit", [0, 0, table[o] - 1]])
+        return out
+
+    def _clash_choices(self, req: Request, start: int, end: int, hashes: list[Any]
+                       ) -> list[list[Any]]:
+        """vLLM caches every newly full block, also one whose hash is cached already
+        (another copy, in any group): that is the model's `clash` choice "cache"."""
+        t = self.cfg.block_size
+        mine = {b for table in self._tables(req.rid) for b in table}
+        return [["clash", "cache"] for o in range(start // t, end // t)
+                if o < len(hashes) and any(b not in mine for b in self._copies(hashes[o]))]
 
     def _choices(self, req: Request) -> list[list[Any]]:
         after = self._tables(req.rid)
@@ -129,21 +177,24 @@ class EventLogWriter:
                 if fresh and b != self.pool.null_id:
                     new.append((i, g, b))
                     popped.append(b)
-        victims = [["victim", [0, 0, b - 1]] for b in popped if b in self._before_cached_free]
+        victims = [["victim", [0, 0, b - 1]] for b in popped if b in self._before_cached]
         slots = [["slot", b - 1] for _, _, b in sorted(new)]
         return victims + slots
 
-    def admitted(self, req: Request, hit: int, end: int) -> None:
+    def admitted(self, req: Request, hit: int, end: int, hashes: list[Any]) -> None:
+        """Admission with a hit of `hit` tokens (`before` had its blocks); `hashes`: the
+        request's block hashes."""
         s = self.seq(req)
-        self._event("create", {"seq": s, "prompt": req.tokens[:hit]})
+        self._event("create", {"seq": s, "prompt": req.tokens[:hit]}, choices=self._hit)
         self._event("resume", {"seq": s}, True, choices=[])
-        self.scheduled(req, hit, end)
+        self.scheduled(req, hit, end, hashes)
 
-    def scheduled(self, req: Request, start: int, end: int) -> None:
+    def scheduled(self, req: Request, start: int, end: int, hashes: list[Any]) -> None:
         s = self.seq(req)
         self._event("resize", {"seq": s, "capacity": end, "history": start}, True,
                     choices=self._choices(req), observed=self._observed(req.rid, end))
-        self._event("commit", {"seq": s, "tokens": req.tokens[start:end]}, choices=[])
+        self._event("commit", {"seq": s, "tokens": req.tokens[start:end]},
+                    choices=self._clash_choices(req, start, end, hashes))
 
     def freed(self, req: Request) -> None:
         self._event("close", {"seq": self.seq(req)}, choices=[])

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvpocket.model import errors as model_errors
-from kvpocket.model.api import API, Param
+from kvpocket.model.api import API, CLASH, CLASH_LABELS, HIT, REUSE, Param
 from kvpocket.model.config import ConfigError, KVConfig
 from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
@@ -597,7 +597,7 @@ def replay_on_model(trace: Trace) -> tuple[int, list[str]]:
 
 # ---- event logs --------------------------------------------------------------------------
 
-CHOICE_KINDS = ("slot", "victim", "pocket")
+CHOICE_KINDS = ("slot", "victim", "pocket", CLASH, HIT, REUSE)
 OBSERVED_KEYS = ("free", "status", "index", "pocket")
 OBSERVED_STATUSES = ("SUSPENDED", "ACTIVE", "CLOSED")  # a created sequence's statuses
 
@@ -741,12 +741,19 @@ def _choices(raw: object, where: str) -> list[tuple[str, Any]]:
             raise TraceError(f"{where}: bad choice {c!r}: expected [kind, label] with kind one "
                              f"of {', '.join(CHOICE_KINDS)}")
         kind, label = c
-        if kind == "slot" and not _is_int(label):
-            raise TraceError(f"{where}: a slot choice's label is a slot id, got {label!r}")
-        if kind != "slot" and not _is_location(label):
+        if kind in ("slot", REUSE) and not _is_int(label):
+            what = "a slot id" if kind == "slot" else "a token count"
+            raise TraceError(f"{where}: a {kind} choice's label is {what}, got {label!r}")
+        if kind == CLASH:
+            if label not in CLASH_LABELS:
+                raise TraceError(f"{where}: a clash choice's label is one of "
+                                 f"{', '.join(map(json.dumps, CLASH_LABELS))}, got {label!r}")
+            out.append((kind, label))
+            continue
+        if kind not in ("slot", REUSE) and not _is_location(label):
             raise TraceError(f"{where}: a {kind} choice's label is [level, pool_group, slot], "
                              f"got {label!r}")
-        out.append((kind, label if kind == "slot" else tuple(label)))
+        out.append((kind, label if kind in ("slot", REUSE) else tuple(label)))
     return out
 
 

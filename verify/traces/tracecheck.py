@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpocket.model.api import BELOW
+from kvpocket.model.api import BELOW, CLASH, HIT, REUSE
 from kvpocket.model.config import NONE, KVConfig, Order, SeqStatus, num_blocks_for
 from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
 from kvpocket.model.executor import Chooser, RecordedChooser, Step
@@ -39,7 +39,11 @@ PROGRESS_EVERY = 5000
 MAX_STATES = 64  # model states kept that fit a log without choices so far
 MAX_RUNS = 512  # choice sequences tried for one event without choices
 # the policy choices the safety spec leaves to the manager (slots are inferred apart)
-FREE_KINDS = ("victim", "pocket", BELOW)
+FREE_KINDS = ("victim", "pocket", BELOW, CLASH, HIT, REUSE)
+# choices a log may leave out where the manager did what every manager did before they
+# existed (the first option): stop committing on a key clash, reuse the longest prefix
+# whose every block is cached
+DEFAULTED_KINDS = (CLASH, REUSE)
 
 
 class ConfigTooSmall(Exception):
@@ -148,9 +152,12 @@ class _Trying:
 class _LogChooser(RecordedChooser):
     """The log's choices; whether the manager made room one level down for a victim (the
     safety spec leaves it open) is read off the log: it did iff its next victim is at
-    that level and pool group."""
+    that level and pool group. A `clash` or `reuse` choice the log does not record is
+    the first option (`DEFAULTED_KINDS`)."""
 
     def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int:
+        if kind in DEFAULTED_KINDS and not (self.script or {}).get(kind):
+            return candidates[0]
         if kind != BELOW or len(candidates) == 1:
             return super().choose(kind, candidates, labels)
         where = labels[0]  # (level, pool group) below
