@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from kvpocket.verify.layers import find_cycle
+
 IMPL = Path(__file__).resolve().parents[2] / "impl"
 
 
@@ -48,29 +50,6 @@ def import_graph() -> dict[str, set[str]]:
                 targets = [a.name.removeprefix("kvpocket.") for a in node.names]
             graph[name].update(t for t in targets if t in mods and t != name)
     return graph
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle as a closed path [a, b, ..., a], or None."""
-    state: dict[str, int] = {}  # 1: on the DFS stack, 2: done
-    stack: list[str] = []
-
-    def visit(u: str) -> list[str] | None:
-        state[u] = 1
-        stack.append(u)
-        for v in sorted(graph.get(u, ())):
-            if state.get(v) == 1:
-                return [*stack[stack.index(v):], v]
-            if v not in state and (found := visit(v)) is not None:
-                return found
-        stack.pop()
-        state[u] = 2
-        return None
-
-    for u in sorted(graph):
-        if u not in state and (found := visit(u)) is not None:
-            return found
-    return None
 
 
 def test_cycle_finder_finds_a_cycle() -> None:
