@@ -1,11 +1,13 @@
-"""Fast concrete checks of the invariants: derived from the one-page form, or by hand.
+"""Fast concrete checks of the invariants: derived from the one-page or one-entry form, or
+by hand.
 
 The invariants in `invariants.py` are written once, in the vocabulary Z3 reads;
 evaluated on plain values some are quadratic (every page against every block
 entry). The executable model checks them after every lockstep step, so these
 checks compute the same truth values looking only at the records in use. Those
-of the invariants written for one page record (`invariants.ForEachPage`) are
-derived from that statement (the end of this file); the others are companions
+of the invariants written for one page record (`invariants.ForEachPage`) or one
+block entry (`invariants.ForEachEntry`) are derived from that statement (the end
+of this file); the others are companions
 written by hand, each for the reason in `HAND_WRITTEN`. They are not a second
 definition: `tests/model/test_fastcheck.py` checks, on reachable states and on
 states with fields perturbed at random, that each agrees exactly with its
@@ -29,10 +31,10 @@ from .config import (
     SeqStatus,
     stale_range,
 )
-from .invariants import INVARIANTS, ForEachPage, Invariant, Scope, in_scope
+from .invariants import INVARIANTS, EntryAt, ForEachEntry, ForEachPage, Invariant, Scope, in_scope
 from .logic import CONCRETE, Array, Ops
 from .sparse import SparseArray, used_in, used_items
-from .state import ENTRY_FIELDS, IDLE, PAGE_FIELDS, Layout, State
+from .state import ENTRY_FIELDS, IDLE, PAGE_FIELDS, SEQ_FIELDS, Layout, State
 
 Check = Callable[[Layout, State], bool]
 
@@ -96,20 +98,6 @@ def refcounts_match(lay: Layout, s: State) -> bool:
     pages = {p for p in (*locks, *holds) if _page_ok(lay, p)}
     pages.update(_used(lay.pages, s.locks, s.holds))
     return all(s.locks[p] == locks[p] and s.holds[p] == holds[p] for p in pages)
-
-
-def entries_are_live(lay: Layout, s: State) -> bool:
-    for e in _used(len(s.entry), s.entry, s.entry_locked):
-        seq, lc, o = _entry_coords(lay, e)
-        page = s.entry[e]
-        if s.entry_locked[e] and page == NONE:
-            return False
-        if page == NONE:
-            continue
-        if not (_page_ok(lay, page) and s.alive[page] and s.lc[page] == lc
-                and s.ordinal[page] == o and (s.committed[page] or s.owner[page] == seq)):
-            return False
-    return True
 
 
 def pocket_entries_orphaned(lay: Layout, s: State) -> bool:
@@ -194,35 +182,9 @@ def no_page_in_two_pockets(lay: Layout, s: State) -> bool:
     return len(parked) == len(set(parked))
 
 
-def index_matches_locks(lay: Layout, s: State) -> bool:
-    slot, n = s.slot, len(s.slot)
-    for e in _used(len(s.entry), s.entry, s.entry_locked, s.index):
-        page = s.entry[e]
-        locked_slot = slot[page] if 0 <= page < n else NO_SLOT
-        if s.index[e] != (locked_slot if s.entry_locked[e] else BAD_PAGE_INDEX):
-            return False
-    return True
-
-
-def inactive_sequences_unlocked(lay: Layout, s: State) -> bool:
-    per_seq = lay.lcs * lay.blocks
-    return all(s.seq_status[e // per_seq] == SeqStatus.ACTIVE
-               for e, locked in used_items(s.entry_locked, False) if locked)
-
-
-def gone_sequences_hold_nothing(lay: Layout, s: State) -> bool:
-    gone = (SeqStatus.FREE, SeqStatus.CLOSED)
-    per_seq = lay.lcs * lay.blocks
-    return all(s.seq_status[e // per_seq] not in gone for e, _ in used_items(s.entry, NONE))
-
-
 FAST: dict[str, Check] = {
-    "index_matches_locks": index_matches_locks,
-    "inactive_sequences_unlocked": inactive_sequences_unlocked,
-    "gone_sequences_hold_nothing": gone_sequences_hold_nothing,
     "slot_owned_once": slot_owned_once,
     "refcounts_match": refcounts_match,
-    "entries_are_live": entries_are_live,
     "pocket_entries_orphaned": pocket_entries_orphaned,
     "window_is_mapped": window_is_mapped,
     "values_in_range": values_in_range,
@@ -231,10 +193,9 @@ FAST: dict[str, Check] = {
 
 
 # Why each companion above is written by hand rather than derived from its definition
-# (`derived_full` covers the one-page form only). Each is checked against its definition
-# by `tests/model/test_fastcheck.py` (and its local check by `test_incremental.py`).
-_PER_ENTRY = ("a statement per block entry, not per page record: the one-page derivation "
-              "does not cover it")
+# (`derived_full` and `derived_entry_full` cover the one-page and one-entry forms only).
+# Each is checked against its definition by `tests/model/test_fastcheck.py` (and its local
+# check by `test_incremental.py`).
 HAND_WRITTEN: dict[str, str] = {
     "slot_owned_once": "every slot against every page record (quadratic as defined): one "
                        "pass collects the slots each page sits in or reserves",
@@ -244,12 +205,11 @@ HAND_WRITTEN: dict[str, str] = {
                                "as defined): one pass with the referenced pages as a set",
     "no_page_in_two_pockets": "every pair of pocket positions (quadratic as defined): one "
                               "pass with a set",
-    "entries_are_live": _PER_ENTRY,
-    "index_matches_locks": _PER_ENTRY,
-    "inactive_sequences_unlocked": _PER_ENTRY,
-    "gone_sequences_hold_nothing": _PER_ENTRY,
-    "window_is_mapped": _PER_ENTRY + "; the local check regroups the blocks by sequence to "
-                        "read each window once",
+    "window_is_mapped": "a statement per block entry that a sequence alone can break (an "
+                        "ACTIVE one's blocks within its capacity must be mapped): derived "
+                        "from the one-entry form it would visit every entry; by hand it "
+                        "visits the blocks within each capacity, and the local check the "
+                        "blocks that changed sides of a window",
     "values_in_range": "every array of every domain within its type: only the records and "
                        "positions in use are looked at",
 }
@@ -399,43 +359,6 @@ def _entries_of_pages(s: State, pages: set[int]) -> set[int]:
     return {e for e, page in used_items(s.entry, NONE) if page in pages}
 
 
-def _entries_live_local(lay: Layout, s: State, d: Delta) -> bool | None:
-    entries = d.at("entry", "entry_locked")
-    pages = d.at("alive", "lc", "ordinal", "committed", "owner")
-    if entries is None or pages is None:
-        return None
-    entries |= d.entries_of(pages)
-    return _entries_live_at(lay, s, entries)
-
-
-def _entries_live_at(lay: Layout, s: State, entries: Iterable[int]) -> bool:
-    for e in entries:
-        seq, lc, o = _entry_coords(lay, e)
-        page = s.entry[e]
-        if s.entry_locked[e] and page == NONE:
-            return False
-        if page == NONE:
-            continue
-        if not (_page_ok(lay, page) and s.alive[page] and s.lc[page] == lc
-                and s.ordinal[page] == o and (s.committed[page] or s.owner[page] == seq)):
-            return False
-    return True
-
-
-def _index_local(lay: Layout, s: State, d: Delta) -> bool | None:
-    entries, pages = d.at(*ENTRY_FIELDS), d.at("slot")
-    if entries is None or pages is None:
-        return None
-    entries |= d.entries_of(pages)
-    slot, n = s.slot, len(s.slot)
-    for e in entries:
-        page = s.entry[e]
-        locked_slot = slot[page] if 0 <= page < n else NO_SLOT
-        if s.index[e] != (locked_slot if s.entry_locked[e] else BAD_PAGE_INDEX):
-            return False
-    return True
-
-
 def _window_local(lay: Layout, s: State, d: Delta) -> bool | None:
     entries = d.at(*ENTRY_FIELDS)
     seqs = d.at("seq_status", "commit_state", "capacity", "history")
@@ -573,28 +496,6 @@ def _values_local(lay: Layout, s: State, d: Delta) -> bool | None:
     return True
 
 
-def _inactive_unlocked_local(lay: Layout, s: State, d: Delta) -> bool | None:
-    entries, seqs = d.at("entry_locked"), d.at("seq_status")
-    if entries is None or seqs is None or not all(0 <= q < lay.seqs for q in seqs):
-        return None
-    for seq in seqs:  # a sequence that changed status: its locks
-        entries.update(used_in(s.entry_locked, False, lay.entry_range(seq)))
-    per_seq = lay.lcs * lay.blocks
-    return all(s.seq_status[e // per_seq] == SeqStatus.ACTIVE
-               for e in entries if s.entry_locked[e])
-
-
-def _gone_hold_nothing_local(lay: Layout, s: State, d: Delta) -> bool | None:
-    entries, seqs = d.at("entry"), d.at("seq_status")
-    if entries is None or seqs is None or not all(0 <= q < lay.seqs for q in seqs):
-        return None
-    for seq in seqs:  # a sequence that changed status: its blocks
-        entries.update(used_in(s.entry, NONE, lay.entry_range(seq)))
-    gone = (SeqStatus.FREE, SeqStatus.CLOSED)
-    per_seq = lay.lcs * lay.blocks
-    return all(s.seq_status[e // per_seq] not in gone for e in entries if s.entry[e] != NONE)
-
-
 def _pocket_orphaned_local(lay: Layout, s: State, d: Delta) -> bool | None:
     positions = d.at("pocket")
     pages = d.at("alive", "committed", "locks", "holds", "owner", "lc")
@@ -620,12 +521,8 @@ def _pocket_orphaned_local(lay: Layout, s: State, d: Delta) -> bool | None:
 
 
 LOCAL: dict[str, Local] = {
-    "inactive_sequences_unlocked": _inactive_unlocked_local,
-    "gone_sequences_hold_nothing": _gone_hold_nothing_local,
     "pocket_entries_orphaned": _pocket_orphaned_local,
     "slot_owned_once": _slot_owned_once_local,
-    "entries_are_live": _entries_live_local,
-    "index_matches_locks": _index_local,
     "window_is_mapped": _window_local,
     "refcounts_match": _refcounts_local,
     "values_in_range": _values_local,
@@ -765,10 +662,134 @@ def derived_local(name: str, form: ForEachPage) -> Local:
     return local
 
 
+
+# ---- checks derived from the one-entry form ------------------------------------------------
+# An invariant written "for every block entry e: when(e) implies then(e)"
+# (`invariants.ForEachEntry`) reads the fields of its entry, of its sequence, and of the
+# page its entry references. Which entries can break it is read off the statement as for
+# pages, on the entry of Init:
+# * `then` true at Init and reading no sequence field: only an entry where an entry field
+#   it reads is in use (an entry at Init values references no page, so its page lookups
+#   read the defaults whatever the pages hold);
+# * else `when` false at Init and reading no sequence field: likewise for its fields;
+# * else every entry.
+# The local check looks at the entries whose fields it reads changed, those of sequences
+# whose fields it reads changed (the ones in use as above), and those that reference a page
+# whose fields it reads changed (`Delta.entries_of`); another domain: the full check.
+
+
+@dataclass(frozen=True)
+class _EntryScope:
+    where: tuple[tuple[str, Any], ...] | None  # (entry field, Init value) deciding; None: all
+    entry_reads: tuple[str, ...]
+    seq_reads: tuple[str, ...]
+    page_reads: tuple[str, ...]
+    other_reads: frozenset[str]
+
+
+_ENTRY_SCOPES: dict[tuple[KVConfig, str], _EntryScope] = {}
+
+
+def _entry_scope(lay: Layout, name: str, form: ForEachEntry) -> _EntryScope:
+    known = _ENTRY_SCOPES.get((lay.cfg, name))
+    if known is not None:
+        return known
+    init = lay.initial_state(sparse_above=0)
+    first = EntryAt(0, 0, 0, 0)
+    body, then, guard = ReadRecorder(init), ReadRecorder(init), ReadRecorder(init)
+    entry, page = set(ENTRY_FIELDS), set(PAGE_FIELDS)
+    deciding: set[str] | None = None
+    if len(init.entry):
+        form.at(CONCRETE, lay, body, first)  # type: ignore[arg-type]
+        if bool(form.then(CONCRETE, lay, then, first)):  # type: ignore[arg-type]
+            deciding = then.read
+        elif form.when is not None and not form.when(CONCRETE, lay, guard, first):  # type: ignore[arg-type]
+            deciding = guard.read
+    where = None
+    if deciding is not None and deciding & entry and deciding <= entry | page:
+        where = tuple((f, getattr(init, f)[0]) for f in sorted(deciding & entry))
+    scope = _EntryScope(
+        where=where,
+        entry_reads=tuple(sorted(body.read & entry)),
+        seq_reads=tuple(sorted(body.read & set(SEQ_FIELDS))),
+        page_reads=tuple(sorted(body.read & page)),
+        other_reads=frozenset(body.read - entry - page - set(SEQ_FIELDS)))
+    _ENTRY_SCOPES[(lay.cfg, name)] = scope
+    return scope
+
+
+def _entry_scope_of(name: str, form: ForEachEntry) -> Callable[[Layout], _EntryScope]:
+    """`_entry_scope` remembering the last layout asked about (as `_scope_of`)."""
+    last: list[tuple[Layout, _EntryScope]] = []
+
+    def scope(lay: Layout) -> _EntryScope:
+        if last and last[0][0] is lay:
+            return last[0][1]
+        got = _entry_scope(lay, name, form)
+        last[:] = [(lay, got)]
+        return got
+    return scope
+
+
+def _entries_hold(form: ForEachEntry, lay: Layout, s: State, entries: Iterable[int]) -> bool:
+    when, then = form.when, form.then
+    per_seq, blocks = lay.lcs * lay.blocks, lay.blocks
+    for e in entries:
+        seq, rest = divmod(e, per_seq)
+        lc, o = divmod(rest, blocks)
+        at = EntryAt(seq, lc, o, e)
+        if (when is None or when(CONCRETE, lay, s, at)) and not then(CONCRETE, lay, s, at):
+            return False
+    return True
+
+
+def derived_entry_full(name: str, form: ForEachEntry) -> Check:
+    """The full check of a one-entry invariant: its statement on the entries that can break it."""
+    scope_of = _entry_scope_of(name, form)
+
+    def check(lay: Layout, s: State) -> bool:
+        where = scope_of(lay).where
+        entries = range(len(s.entry)) if where is None else \
+            _used(len(s.entry), *(getattr(s, f) for f, _ in where))
+        return _entries_hold(form, lay, s, entries)
+    return check
+
+
+def derived_entry_local(name: str, form: ForEachEntry) -> Local:
+    """The local check of a one-entry invariant: its statement on the entries that changed,
+    those of the sequences that changed and those referencing the pages that changed."""
+    scope_of = _entry_scope_of(name, form)
+
+    def local(lay: Layout, s: State, d: Delta) -> bool | None:
+        scope = scope_of(lay)
+        entries, seqs = d.at(*scope.entry_reads), d.at(*scope.seq_reads)
+        pages = d.at(*scope.page_reads)
+        if entries is None or seqs is None or pages is None or d.changed & scope.other_reads:
+            return None
+        if seqs:
+            if not all(0 <= q < lay.seqs for q in seqs):
+                return None
+            where = scope.where
+            for seq in seqs:
+                positions = lay.entry_range(seq)
+                if where is None:
+                    entries.update(positions)
+                else:
+                    for f, default in where:
+                        entries.update(used_in(getattr(s, f), default, positions))
+        if pages:
+            entries |= d.entries_of(pages)
+        return _entries_hold(form, lay, s, entries)
+    return local
+
+
 for _inv in INVARIANTS:
     if _inv.per_page is not None:
         FAST[_inv.name] = derived_full(_inv.name, _inv.per_page)
         LOCAL[_inv.name] = derived_local(_inv.name, _inv.per_page)
+    elif _inv.per_entry is not None:
+        FAST[_inv.name] = derived_entry_full(_inv.name, _inv.per_entry)
+        LOCAL[_inv.name] = derived_entry_local(_inv.name, _inv.per_entry)
 
 
 def violated(ops: Ops, lay: Layout, s: State, scope: Scope | None = None,

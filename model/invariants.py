@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from .config import (
     BAD_PAGE_INDEX,
@@ -55,6 +55,43 @@ class ForEachPage:
         return ops.and_(*(self.at(ops, lay, s, p) for p in range(lay.pages)))
 
 
+class EntryAt(NamedTuple):
+    """One block entry: its sequence, life cycle and ordinal, and its flat position `ix`
+    (an int, or a term on the symbolic engines) in the entry arrays."""
+
+    seq: int
+    lc: int
+    ordinal: int
+    ix: Term
+
+
+EntryTerm = Callable[[Ops, Layout, State, EntryAt], Term]
+
+
+@dataclass(frozen=True)
+class ForEachEntry:
+    """An invariant of the form "for every block entry e of every sequence: when(e) implies
+    then(e)" (no `when`: then(e) for every e). A statement reads the fields of its entry
+    (at `e.ix`), of its sequence (at `e.seq`), and of the page its entry references (a
+    lookup at `s.entry[e.ix]`) only: the fast full and local checks are derived from it on
+    that understanding (`fastcheck.derived_entry_full`, `fastcheck.derived_entry_local`),
+    and the predicate over every entry is what the bounded Z3 engines and the executable
+    model read."""
+
+    then: EntryTerm
+    when: EntryTerm | None = None
+
+    def at(self, ops: Ops, lay: Layout, s: State, e: EntryAt) -> Term:
+        """The statement for one block entry."""
+        body = self.then(ops, lay, s, e)
+        return body if self.when is None else ops.implies(self.when(ops, lay, s, e), body)
+
+    def __call__(self, ops: Ops, lay: Layout, s: State) -> Term:
+        return ops.and_(*(
+            self.at(ops, lay, s, EntryAt(seq, lc, o, lay.entry_ix(ops, seq, lc, o)))
+            for seq in range(lay.seqs) for lc in range(lay.lcs) for o in range(lay.blocks)))
+
+
 @dataclass(frozen=True)
 class Invariant:
     name: str
@@ -67,6 +104,11 @@ class Invariant:
     def per_page(self) -> ForEachPage | None:
         """The one-page form the engines derive from, when it is written in that form."""
         return self.predicate if isinstance(self.predicate, ForEachPage) else None
+
+    @property
+    def per_entry(self) -> ForEachEntry | None:
+        """The one-entry form the executable checks derive from, when written in that form."""
+        return self.predicate if isinstance(self.predicate, ForEachEntry) else None
 
 
 def _pages(lay: Layout) -> range:
@@ -132,31 +174,23 @@ def refcounts_match(ops: Ops, lay: Layout, s: State) -> Term:
     return ops.and_(*conds)
 
 
-def entries_are_live(ops: Ops, lay: Layout, s: State) -> Term:
-    conds = []
-    for seq in range(lay.seqs):
-        for lc in range(lay.lcs):
-            for o in range(lay.blocks):
-                e = lay.entry_ix(ops, seq, lc, o)
-                page = s.entry[e]
-                ok = ops.and_(
-                    ops.lookup(s.alive, page, False), ops.eq(ops.lookup(s.lc, page, -1), lc),
-                    ops.eq(ops.lookup(s.ordinal, page, -1), o),
-                    ops.or_(ops.lookup(s.committed, page, False),
-                            ops.eq(ops.lookup(s.owner, page, NONE), seq)),
-                )
-                conds.append(ops.implies(ops.ne(page, NONE), ok))
-                conds.append(ops.implies(s.entry_locked[e], ops.ne(page, NONE)))
-    return ops.and_(*conds)
+def _entry_is_live(ops: Ops, lay: Layout, s: State, e: EntryAt) -> Term:
+    page = s.entry[e.ix]
+    live = ops.and_(
+        ops.lookup(s.alive, page, False), ops.eq(ops.lookup(s.lc, page, -1), e.lc),
+        ops.eq(ops.lookup(s.ordinal, page, -1), e.ordinal),
+        ops.or_(ops.lookup(s.committed, page, False),
+                ops.eq(ops.lookup(s.owner, page, NONE), e.seq)),
+    )
+    return ops.and_(ops.implies(ops.ne(page, NONE), live),
+                    ops.implies(s.entry_locked[e.ix], ops.ne(page, NONE)))
 
 
-def index_matches_locks(ops: Ops, lay: Layout, s: State) -> Term:
-    conds = []
-    for e in range(len(s.entry)):
-        page = s.entry[e]
-        expected = ops.ite(s.entry_locked[e], ops.lookup(s.slot, page, NO_SLOT), BAD_PAGE_INDEX)
-        conds.append(ops.eq(s.index[e], expected))
-    return ops.and_(*conds)
+entries_are_live = ForEachEntry(then=_entry_is_live)
+
+index_matches_locks = ForEachEntry(then=lambda ops, lay, s, e: ops.eq(
+    s.index[e.ix], ops.ite(s.entry_locked[e.ix], ops.lookup(s.slot, s.entry[e.ix], NO_SLOT),
+                           BAD_PAGE_INDEX)))
 
 
 def _pocket_positions(lay: Layout) -> list[tuple[int, int, int]]:
@@ -248,28 +282,15 @@ def lengths_ordered(ops: Ops, lay: Layout, s: State) -> Term:
     ))
 
 
-def inactive_sequences_unlocked(ops: Ops, lay: Layout, s: State) -> Term:
-    conds = []
-    for seq in range(lay.seqs):
-        active = ops.eq(s.seq_status[seq], int(SeqStatus.ACTIVE))
-        for lc in range(lay.lcs):
-            for o in range(lay.blocks):
-                e = lay.entry_ix(ops, seq, lc, o)
-                conds.append(ops.implies(ops.not_(active), ops.not_(s.entry_locked[e])))
-    return ops.and_(*conds)
+inactive_sequences_unlocked = ForEachEntry(
+    when=lambda ops, lay, s, e: ops.ne(s.seq_status[e.seq], int(SeqStatus.ACTIVE)),
+    then=lambda ops, lay, s, e: ops.not_(s.entry_locked[e.ix]))
 
-
-def gone_sequences_hold_nothing(ops: Ops, lay: Layout, s: State) -> Term:
-    # Not a step invariant: `create` holds prefix pages before the sequence leaves FREE.
-    conds = []
-    for seq in range(lay.seqs):
-        gone = ops.or_(ops.eq(s.seq_status[seq], int(SeqStatus.FREE)),
-                       ops.eq(s.seq_status[seq], int(SeqStatus.CLOSED)))
-        for lc in range(lay.lcs):
-            for o in range(lay.blocks):
-                e = lay.entry_ix(ops, seq, lc, o)
-                conds.append(ops.implies(gone, ops.eq(s.entry[e], NONE)))
-    return ops.and_(*conds)
+# Not a step invariant: `create` holds prefix pages before the sequence leaves FREE.
+gone_sequences_hold_nothing = ForEachEntry(
+    when=lambda ops, lay, s, e: ops.or_(ops.eq(s.seq_status[e.seq], int(SeqStatus.FREE)),
+                                        ops.eq(s.seq_status[e.seq], int(SeqStatus.CLOSED))),
+    then=lambda ops, lay, s, e: ops.eq(s.entry[e.ix], NONE))
 
 
 def values_in_range(ops: Ops, lay: Layout, s: State) -> Term:

@@ -106,3 +106,30 @@ def test_derived_checks_look_where_the_statement_can_fail() -> None:
     odd = ForEachPage(when=lambda ops, lay, s, p: in_pocket(ops, s, p),
                       then=lambda ops, lay, s, p: s.alive[p])
     assert _page_scope(lay, "_odd", odd).where is None
+
+
+def test_derived_entry_checks_look_where_the_statement_can_fail() -> None:
+    """The entries a derived one-entry check visits: those where an entry field that decides
+    the statement is in use (page fields are read through the entry, so an empty entry reads
+    defaults); every entry when a sequence field decides it (a sequence alone can break it)."""
+    from kvpocket.model.config import SeqStatus
+    from kvpocket.model.fastcheck import _entry_scope
+    from kvpocket.model.invariants import ForEachEntry
+    from kvpocket.model.state import Layout
+
+    lay = Layout(PRESETS["two-level"].config)
+
+    def where(name: str) -> tuple[str, ...] | None:
+        form = INVARIANTS_BY_NAME[name].per_entry
+        assert form is not None, name
+        got = _entry_scope(lay, name, form).where
+        return None if got is None else tuple(f for f, _ in got)
+
+    assert where("entries_are_live") == ("entry", "entry_locked")
+    assert where("index_matches_locks") == ("entry", "entry_locked", "index")
+    assert where("inactive_sequences_unlocked") == ("entry_locked",)
+    assert where("gone_sequences_hold_nothing") == ("entry",)
+    active_locks_all = ForEachEntry(
+        when=lambda ops, lay, s, e: ops.eq(s.seq_status[e.seq], int(SeqStatus.ACTIVE)),
+        then=lambda ops, lay, s, e: s.entry_locked[e.ix])
+    assert _entry_scope(lay, "_odd", active_locks_all).where is None

@@ -91,6 +91,8 @@ def invariant_engines() -> str:
     for inv in INVARIANTS:
         if inv.per_page is not None:
             fast = "derived from the one-page form"
+        elif inv.per_entry is not None:
+            fast = "derived from the one-entry form"
         elif inv.name in HAND_WRITTEN:
             fast = f"hand-written: {HAND_WRITTEN[inv.name]}"
         else:
