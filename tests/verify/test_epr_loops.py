@@ -8,14 +8,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import pytest
 import z3
 
 from kvpocket.model.config import NONE
 from kvpocket.model.invariants import INVARIANTS_BY_NAME
 from kvpocket.model.logic import Ops
 from kvpocket.model.state import State
-from kvpocket.verify.proofs.epr import EprLayout, EprOps, Universe, as_fields, symbolic_state
+from kvpocket.verify.proofs.epr import (
+    EprLayout,
+    EprOps,
+    Universe,
+    as_fields,
+    iteration_vars,
+    symbolic_state,
+)
 from kvpocket.verify.proofs.parametric import pocket_keys
 from kvpocket.verify.proofs.prove import PROVE_CONFIGS
 
@@ -52,22 +58,34 @@ def _expected(uni: Universe, fields: dict[str, Any],
         for ix in pocket_keys(uni, seq)])
 
 
-@pytest.mark.xfail(strict=True, reason="EprOps._junction takes a two-term body for a loop over a "
-                   "two-position pocket and quantifies it there (an Exists: weaker)")
+
 def test_a_two_term_body_is_not_taken_for_a_two_position_loop() -> None:
     uni = _two_position_pocket()
 
-    def define(ops: Ops, s: State) -> Any:  # committed_never_parked's shape, inlined
-        return ops.and_(*(ops.implies(ops.ne(x, NONE), ops.not_(ops.lookup(s.committed, x, True)))
-                          for x in s.pocket))
+    def define(ops: Ops, s: State) -> Any:  # two conjuncts in the body, two positions
+        return ops.all_over(s.pocket, lambda x: ops.implies(ops.ne(x, NONE), ops.and_(
+            ops.not_(ops.lookup(s.committed, x, True)), ops.not_(ops.lookup(s.queued, x, True)))))
     term, fields = _read(uni, define)
-    expected = _expected(uni, fields, lambda p: z3.Not(fields["committed"](p)))
-    # The misread form is weaker than the definition: proving it would prove too little.
+    expected = _expected(uni, fields, lambda p: z3.And(z3.Not(fields["committed"](p)),
+                                                       z3.Not(fields["queued"](p))))
+    # Read by term count, the body's implication became an Exists per position: weaker than
+    # the definition, so proving it would have proved too little.
     assert _equivalent(term, expected, uni.axioms())
 
 
-@pytest.mark.xfail(strict=True, reason="EprOps._junction takes a two-term body for a loop over a "
-                   "two-position pocket and quantifies it there (an Exists: weaker)")
+def test_a_plain_junction_over_an_array_is_never_quantified() -> None:
+    """Only a loop marked `all_over`/`any_over` binds its variable: an expansion written
+    with `and_` keeps it free (and `as_defined` refuses such a definition)."""
+    uni = _two_position_pocket()
+
+    def define(ops: Ops, s: State) -> Any:
+        return ops.and_(*(ops.implies(ops.ne(x, NONE), ops.not_(ops.lookup(s.committed, x, True)))
+                          for x in s.pocket))
+    term, _ = _read(uni, define)
+    assert not z3.is_quantifier(term)
+    assert iteration_vars(term)
+
+
 def test_committed_never_parked_reads_as_defined_on_two_positions() -> None:
     uni = _two_position_pocket()
     inv = INVARIANTS_BY_NAME["committed_never_parked"]
