@@ -213,9 +213,8 @@ def pocket_entries_orphaned(ops: Ops, lay: Layout, s: State) -> Term:
 
 
 def committed_never_parked(ops: Ops, lay: Layout, s: State) -> Term:
-    return ops.and_(*(
-        ops.implies(ops.ne(x, NONE), ops.not_(ops.lookup(s.committed, x, True))) for x in s.pocket
-    ))
+    return ops.all_over(s.pocket, lambda x: ops.implies(
+        ops.ne(x, NONE), ops.not_(ops.lookup(s.committed, x, True))))
 
 
 def pocket_packed_and_bounded(ops: Ops, lay: Layout, s: State) -> Term:
@@ -255,13 +254,10 @@ def inactive_pockets_empty(ops: Ops, lay: Layout, s: State) -> Term:
 def pinned_pockets_stay(ops: Ops, lay: Layout, s: State) -> Term:
     if lay.cfg.pocket.policy != PocketPolicy.PIN:
         return ops.const(True)
-    conds = []
-    for x in s.pocket:
-        conds.append(ops.implies(ops.ne(x, NONE), ops.and_(
-            ops.eq(ops.lookup(s.level, x, -1), GPU_LEVEL), ops.not_(ops.lookup(s.queued, x, True)),
-            ops.ne(ops.lookup(s.slot, x, NO_SLOT), NO_SLOT), ops.not_(moving(ops, s, x)),
-        )))
-    return ops.and_(*conds)
+    return ops.all_over(s.pocket, lambda x: ops.implies(ops.ne(x, NONE), ops.and_(
+        ops.eq(ops.lookup(s.level, x, -1), GPU_LEVEL), ops.not_(ops.lookup(s.queued, x, True)),
+        ops.ne(ops.lookup(s.slot, x, NO_SLOT), NO_SLOT), ops.not_(moving(ops, s, x)),
+    )))
 
 
 def popped_slots_valid(ops: Ops, lay: Layout, s: State) -> Term:
@@ -353,12 +349,9 @@ migrations_reserved = ForEachPage(when=lambda ops, lay, s, p: moving(ops, s, p),
 def dropped_pockets_stay_at_gpu(ops: Ops, lay: Layout, s: State) -> Term:
     if not lay.cfg.pocket.drops_parked:
         return ops.const(True)
-    return ops.and_(*(
-        ops.implies(ops.ne(x, NONE), ops.and_(
-            ops.eq(ops.lookup(s.level, x, -1), GPU_LEVEL), ops.not_(moving(ops, s, x)),
-        ))
-        for x in s.pocket
-    ))
+    return ops.all_over(s.pocket, lambda x: ops.implies(ops.ne(x, NONE), ops.and_(
+        ops.eq(ops.lookup(s.level, x, -1), GPU_LEVEL), ops.not_(moving(ops, s, x)),
+    )))
 
 
 # ---- between API actions only ----------------------------------------------------------------

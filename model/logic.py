@@ -13,7 +13,7 @@ on a sparse array they visit only the stored positions, on a tuple every positio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .sparse import SparseArray
@@ -45,6 +45,10 @@ class Ops(Protocol):
     def lookup(self, arr: Sequence[Term], idx: Term, default: Term = -1) -> Term: ...
     def store(self, arr: Array, idx: Term, value: Term) -> Array: ...
     def count(self, conds: Sequence[Term]) -> Term: ...
+    # A loop over every element of an array: an interpretation over unbounded arrays states
+    # it as one quantifier (the expansion's terms alone cannot tell a loop from its body).
+    def all_over(self, arr: Array, body: Callable[[Term], Term]) -> Term: ...
+    def any_over(self, arr: Array, body: Callable[[Term], Term]) -> Term: ...
 
 
 class ConcreteOps:
@@ -109,6 +113,12 @@ class ConcreteOps:
     def count(self, conds: Sequence[Term]) -> Term:
         return sum(1 for c in conds if c)
 
+    def all_over(self, arr: Array, body: Callable[[Term], Term]) -> Term:
+        return self.and_(*(body(x) for x in arr))
+
+    def any_over(self, arr: Array, body: Callable[[Term], Term]) -> Term:
+        return self.or_(*(body(x) for x in arr))
+
 
 CONCRETE = ConcreteOps()
 
@@ -131,7 +141,7 @@ def any_equal(ops: Ops, arr: Array, value: int) -> Term:
     if not ops.symbolic and isinstance(arr, SparseArray):
         return (value == arr.default and len(arr.used()) < len(arr)) or any(
             v == value for _, v in arr.items())
-    return ops.or_(*(ops.eq(x, value) for x in arr))
+    return ops.any_over(arr, lambda x: ops.eq(x, value))
 
 
 def replace_equal(ops: Ops, arr: Array, old: Term, new: int) -> Array:

@@ -19,9 +19,12 @@ and blocks:
   under the index's validity (the `Layout` index functions return a `Key`: the index
   tuple and when it is in range, e.g. a slot exists at a level iff the rigid predicate
   `slot_exists(level, slot)` holds, so every choice of slot counts is covered).
-* **Loops over an array** (`for x in s.pocket`, the comprehension in `complete`) iterate
-  a *generic element*: a bound variable per unbounded dimension; `or_`/`and_` over the
-  iteration quantify it (exists / for all), a tuple built from it is a new function.
+* **Loops over an array** iterate a *generic element*: a bound variable per unbounded
+  dimension. A loop written `ops.any_over`/`ops.all_over` is quantified there (exists /
+  for all) over its own iteration's variables; `or_`/`and_` never quantify (a two-term
+  junction in a loop's body is not told from the loop by its term count). A tuple built
+  from the iteration (the comprehension in `complete`) is a new function; a loop written
+  as a plain junction leaves its variable free and is refused.
 
 What does not fit is abstracted soundly and reported:
 
@@ -239,6 +242,11 @@ class Field:
         return self.get(self.key(idx).parts)
 
     def __iter__(self) -> Iterator[Any]:
+        yield from self.iteration()[1]
+
+    def iteration(self) -> tuple[Iteration, list[Any]]:
+        """Fresh iteration variables for the unbounded dimensions and one element term per
+        combination of the enumerated ones."""
         n = next(_COUNTER)
         unb = [(i, d) for i, d in enumerate(self.dims) if not isinstance(d, int)]
         variables = tuple(z3.Const(f"it{n}_{self.name}_{i}", self.uni.dim_sort(d)) for i, d in unb)
@@ -247,13 +255,15 @@ class Field:
         it = Iteration(variables, combos, self.dims)
         for v in variables:
             _ITERATIONS[str(v)] = it
+        elems = []
         for combo in combos:
             parts: list[Any] = list(combo)
             for (i, _), v in zip(unb, variables, strict=True):
                 parts[i] = v
             valid = z3.And(*(self.uni.valid(d, v) for (_, d), v in zip(unb, variables, strict=True)))
             # Outside the valid indices an array element is its default: nil.
-            yield z3.If(valid, self.get(tuple(parts)), self.uni.nil_of(self.kind))
+            elems.append(z3.If(valid, self.get(tuple(parts)), self.uni.nil_of(self.kind)))
+        return it, elems
 
     def __len__(self) -> int:
         raise NotInFragment(f"len() of the unbounded array {self.name}")
@@ -352,14 +362,25 @@ class EprOps:
             terms.append(x)
         if not terms:
             return conj
-        body = z3.And(*terms) if conj else z3.Or(*terms)
-        names = [iteration_vars(t) for t in terms]
-        common = set.intersection(*names) if names else set()
-        quantify = [v for v in common if len(_ITERATIONS[v].combos) == len(terms)]
-        if quantify:
-            vs = [z3.Const(n, _sort_of_name(n)) for n in sorted(quantify)]
-            return z3.ForAll(vs, body) if conj else z3.Exists(vs, body)
-        return body
+        return z3.And(*terms) if conj else z3.Or(*terms)
+
+    def _over(self, arr: Array, body: Callable[[Term], Term], conj: bool) -> Term:
+        """A loop over an array: over a `Field`, quantified over exactly the variables of
+        its own iteration (a junction inside the body stays a junction)."""
+        if not isinstance(arr, Field):
+            return self._junction(tuple(body(x) for x in arr), conj)
+        it, elems = arr.iteration()
+        expansion = self._junction(tuple(body(x) for x in elems), conj)
+        bound = [v for v in it.variables if str(v) in iteration_vars(expansion)]
+        if not bound:
+            return expansion
+        return z3.ForAll(bound, expansion) if conj else z3.Exists(bound, expansion)
+
+    def all_over(self, arr: Array, body: Callable[[Term], Term]) -> Term:
+        return self._over(arr, body, True)
+
+    def any_over(self, arr: Array, body: Callable[[Term], Term]) -> Term:
+        return self._over(arr, body, False)
 
     def and_(self, *xs: Term) -> Term:
         return self._junction(xs, True)
@@ -456,14 +477,6 @@ class EprOps:
         if any(iteration_vars(t) for t in terms):
             return self._havoc("int", "a count over an unbounded array")
         return z3.Sum(z3.IntVal(base), *(z3.If(t, 1, 0) for t in terms)) if terms else base
-
-
-def _sort_of_name(name: str) -> Any:
-    it = _ITERATIONS[name]
-    for v in it.variables:
-        if str(v) == name:
-            return v.sort()
-    raise KeyError(name)
 
 
 # ---- the layout ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ set has one value is that literal. Terms without a set behave as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -146,6 +146,12 @@ class Z3Ops:
         if not keep:
             return True
         return keep[0] if len(keep) == 1 else z3.And(*keep)
+
+    def all_over(self, arr: Array, body: Callable[[Term], Term]) -> Term:
+        return self.and_(*(body(x) for x in arr))
+
+    def any_over(self, arr: Array, body: Callable[[Term], Term]) -> Term:
+        return self.or_(*(body(x) for x in arr))
 
     def or_(self, *xs: Term) -> Term:
         keep: list[Z3Term] = []
