@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .config import (
     BAD_PAGE_INDEX,
@@ -37,6 +37,7 @@ from .sparse import SparseArray, used_in, used_items
 from .state import ENTRY_FIELDS, IDLE, PAGE_FIELDS, SEQ_FIELDS, Layout, State
 
 Check = Callable[[Layout, State], bool]
+_S = TypeVar("_S")
 
 
 def _page_ok(lay: Layout, page: int) -> bool:
@@ -612,19 +613,23 @@ def _holds_at(form: ForEachPage, lay: Layout, s: State, pages: Iterable[int]) ->
     return all(not when(CONCRETE, lay, s, p) or then(CONCRETE, lay, s, p) for p in pages)
 
 
-def _scope_of(name: str, form: ForEachPage) -> Callable[[Layout], _PageScope]:
-    """`_page_scope` for one invariant, remembering the last layout asked about (a check
-    runs thousands of times on one layout; hashing its configuration each time would
-    cost more than the check)."""
-    last: list[tuple[Layout, _PageScope]] = []
+def _per_layout(compute: Callable[[Layout], _S]) -> Callable[[Layout], _S]:
+    """`compute`, remembering the last layout asked about (a check runs thousands of times
+    on one layout; hashing its configuration each time would cost more than the check)."""
+    last: list[tuple[Layout, _S]] = []
 
-    def scope(lay: Layout) -> _PageScope:
+    def cached(lay: Layout) -> _S:
         if last and last[0][0] is lay:
             return last[0][1]
-        got = _page_scope(lay, name, form)
+        got = compute(lay)
         last[:] = [(lay, got)]
         return got
-    return scope
+    return cached
+
+
+def _scope_of(name: str, form: ForEachPage) -> Callable[[Layout], _PageScope]:
+    """`_page_scope` for one invariant, per layout."""
+    return _per_layout(lambda lay: _page_scope(lay, name, form))
 
 
 def derived_full(name: str, form: ForEachPage) -> Check:
@@ -719,16 +724,8 @@ def _entry_scope(lay: Layout, name: str, form: ForEachEntry) -> _EntryScope:
 
 
 def _entry_scope_of(name: str, form: ForEachEntry) -> Callable[[Layout], _EntryScope]:
-    """`_entry_scope` remembering the last layout asked about (as `_scope_of`)."""
-    last: list[tuple[Layout, _EntryScope]] = []
-
-    def scope(lay: Layout) -> _EntryScope:
-        if last and last[0][0] is lay:
-            return last[0][1]
-        got = _entry_scope(lay, name, form)
-        last[:] = [(lay, got)]
-        return got
-    return scope
+    """`_entry_scope` for one invariant, per layout."""
+    return _per_layout(lambda lay: _entry_scope(lay, name, form))
 
 
 def _entries_hold(form: ForEachEntry, lay: Layout, s: State, entries: Iterable[int]) -> bool:
