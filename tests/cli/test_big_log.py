@@ -75,7 +75,7 @@ def test_a_50_mb_log_in_bounded_memory(tmp_path: Path) -> None:
     recorded = tmp_path / "recorded.ndjson"
     record(preset("tiny"), 2000, 0, recorded)
     runs: list[tuple[float, int, float, float]] = []  # (MB, events, seconds, peak MB)
-    for size in (5, 25, 50):
+    for size in (5, 50):
         log = tmp_path / f"log-{size}.ndjson"
         events = write_log(log, size * MB, recorded)
         secs, peak, out = check(log)
@@ -86,13 +86,10 @@ def test_a_50_mb_log_in_bounded_memory(tmp_path: Path) -> None:
     for mb, events, secs, peak in runs:
         print(f"{mb:5.1f} MB log, {events} events: trace check {secs:5.1f} s = "
               f"{mb / secs:.2f} MB/s, peak RSS {peak:.0f} MB")
-    (mb5, _, s5, rss5), (mb25, _, s25, _), (mb50, _, s50, rss50) = runs
+    (mb5, _, s5, rss5), (mb50, _, s50, rss50) = runs
     assert rss50 < PEAK_RSS_BOUND_MB
     # Memory does not grow with the file: ten times the bytes, about the same peak.
     assert rss50 < rss5 * 1.5 + 20
-    # The marginal rates are printed, not asserted: a verdict never depends on the clock
-    # (the machine's load moved them by 2x); the speed figures live in `kvpocket bench`.
-    per_mb_late = (s50 - s25) / (mb50 - mb25)
-    per_mb_early = (s25 - s5) / (mb25 - mb5)
-    print(f"marginal: {1 / per_mb_early:.2f} MB/s for 5-25 MB, {1 / per_mb_late:.2f} MB/s "
-          "for 25-50 MB")
+    # The marginal rate is printed, not asserted: a verdict never depends on the clock
+    # (the machine's load moved it by 2x); the speed figures live in `kvpocket bench`.
+    print(f"marginal: {(mb50 - mb5) / (s50 - s5):.2f} MB/s for 5-50 MB")

@@ -45,7 +45,9 @@ def interrupt(argv: list[str], cwd: Path, second_after: float | None = None
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+# slow: each waits WAIT_S of wall time in a subprocess before its Ctrl-C
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
+              pytest.mark.slow]
 
 
 def test_prove_interrupted(tmp_path: Path) -> None:

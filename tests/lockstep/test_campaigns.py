@@ -12,13 +12,28 @@ import pytest
 from kvpocket.model.config import PocketPolicy
 from kvpocket.verify.cli.commands import main
 from kvpocket.verify.conformance.fuzz import CampaignSpec, expected_rare_states, run_worker
+from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX
 from kvpocket.verify.conformance.replay import replay
 from kvpocket.verify.presets import PRESETS
+from kvpocket.verify.quality.seeded import MUTANTS
 from kvpocket.verify.traces.trace import read_trace
 
+CLEAN_PRESETS = ("tiny", "two-level")
+CLEAN_POLICIES = (PocketPolicy.REVALIDATE, PocketPolicy.PIN)
 
-@pytest.mark.parametrize("preset", ["tiny", "two-level"])
-@pytest.mark.parametrize("policy", [PocketPolicy.REVALIDATE, PocketPolicy.PIN])
+
+def test_every_seeded_bug_preset_has_a_clean_run() -> None:
+    """The seeded bugs' kill tests (tests/quality) rely on a clean run of the unmutated kit
+    on each preset and policy they use: a cell of the default matrix (its clean run is
+    tests/lockstep/test_matrix.py) or a campaign below."""
+    cells = {(c.config_name, c.policy) for c in DEFAULT_MATRIX}
+    here = {(p, q.value) for p in CLEAN_PRESETS for q in CLEAN_POLICIES}
+    used = {(m.preset, m.policy) for m in MUTANTS.values()}
+    assert used <= cells | here, sorted(used - cells - here)
+
+
+@pytest.mark.parametrize("preset", CLEAN_PRESETS)
+@pytest.mark.parametrize("policy", CLEAN_POLICIES)
 @pytest.mark.slow
 def test_safe_policies_pass_and_cover(preset: str, policy: PocketPolicy, tmp_path: Path) -> None:
     cfg = PRESETS[preset].config.with_pocket(True, policy)

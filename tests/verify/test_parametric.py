@@ -238,6 +238,7 @@ def _perturb(lay: Layout, s: State, rng: random.Random) -> State:
     return replace(s, **{name: tuple(arr)})
 
 
+@pytest.mark.slow
 def test_parametric_invariants_agree_with_the_catalogue() -> None:
     cfg = preset("tiny").with_pocket(True, "revalidate")
     lay = Layout(cfg)
@@ -274,6 +275,7 @@ def test_the_lemmas_hold_on_reachable_states() -> None:
 
 # ---- the command line ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_reports_the_unsafe_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
     rc = run_parametric([("gpu/unsafe", _cfg("unsafe", "gpu"))], None, 1)
     out = capsys.readouterr().out

@@ -398,9 +398,20 @@ def z3_checks(m: Mutant, budget_s: float, bmc_depth: int = 4) -> dict[str, str]:
 
 def run_mutant(m: Mutant, budget_s: float = 60.0, attention: bool = True,
                z3: bool = True, bmc: bool = True, out_dir: str | None = None,
-               examples: int | None = None) -> MutantResult:
+               examples: int | None = None, first_kill: bool = False) -> MutantResult:
     """Every detector on one mutant, with its switch on (restored afterwards). `examples`:
-    the default campaign's example budget (else it stops on `budget_s`)."""
+    the default campaign's example budget (else it stops on `budget_s`). `first_kill`
+    (with `z3` and not `bmc`): a spec mutant is tried by Z3 induction first, seconds, and
+    the campaign runs only if induction does not kill it; a campaign that cannot reach a
+    spec bug otherwise runs its whole budget before the proof that kills it does. The
+    verdict (killed or not) is the same; fewer detectors are listed."""
+    if first_kill and z3 and not bmc and m.layer == "model" and m.actions:
+        with overriding(m.overrides):
+            proved = _induction_only(m)
+        if any(v == "violated" for v in proved.values()):
+            return MutantResult(m.name, m.layer, origin=f"seeded: {m.modelled_on}",
+                                killed=True, detectors=["z3"], z3=proved,
+                                campaign="not run: Z3 induction killed it first")
     res = MutantResult(m.name, m.layer, origin=f"seeded: {m.modelled_on}")
     t0 = time.monotonic()
     with switched_on(*([m.name] if m.layer == "impl" else [])), overriding(m.overrides):
