@@ -22,6 +22,7 @@ from .errors import (
     UnknownSequenceError,
 )
 from .executor import Executor, LookupLabel
+from .keyindex import key_table, pages_with_key
 from .logic import Term, any_equal, count_equal
 from .overrides import any_override, named
 from .pages import (
@@ -450,18 +451,12 @@ def commit(ex: Executor, seq: int, tokens: tuple[int, ...]) -> None:
     ex.require(new_c <= int(ex.s.capacity[seq]), CapacityError(
         f"commit: {new_c} committed tokens would exceed capacity {ex.s.capacity[seq]}"))
     all_tokens = ex.s.tokens[seq] + tuple(tokens)
-    keys = list(ex.s.block_keys)
+    keys = key_table(lay, ex.s.block_keys)  # interned prefixes, looked up by hashing
     stopped = False
     committed_blocks: list[int] = []
     for o in range(old_c // t, new_c // t):
-        prefix = all_tokens[: (o + 1) * t]
-        key = keys.index(prefix) if prefix in keys else len(keys)
-        if key == len(keys):
-            keys.append(prefix)
-        clash = any(
-            ex.s.alive[q] and ex.s.committed[q] and ex.s.key[q] == key
-            for q in page_ids(ex.ops, lay, ex.s)
-        )
+        key = keys.intern(all_tokens[: (o + 1) * t])
+        clash = any(ex.s.alive[q] and ex.s.committed[q] for q in pages_with_key(lay, ex.s, key))
         if clash and not _caches_again(ex):
             stopped = True
             break
@@ -470,7 +465,7 @@ def commit(ex: Executor, seq: int, tokens: tuple[int, ...]) -> None:
             if page != NONE and not ex.s.committed[page]:
                 ex.do("commit_page", page=page, key=key)
         committed_blocks.append(o)
-    ex.s = _with_tokens(ex, seq, all_tokens, tuple(keys))
+    ex.s = _with_tokens(ex, seq, all_tokens, keys.keys(lay))
     if new_c > int(ex.s.history[seq]):  # history follows the committed tokens
         resize(ex, seq, int(ex.s.capacity[seq]), new_c)
     ex.do("set_lengths", seq=seq, capacity=ex.s.capacity[seq], history=ex.s.history[seq],
@@ -575,15 +570,22 @@ def close(ex: Executor, seq: int) -> None:
 HIT = "hit"  # the choice kind: which cached copy of a block a prefix match reuses
 
 
-def _copies_by_key(ex: Executor) -> dict[tuple[int, int], list[int]]:
-    """(block key, life cycle) -> its committed pages (more than one only when a manager
-    cached a block again on a `clash`), in one pass over the live pages."""
+def _copies_of(ex: Executor, key: int) -> list[list[int]]:
+    """Per life cycle, the committed pages of one block key, ascending (more than one only
+    when a manager cached a block again on a `clash`); none for NONE (never interned)."""
     s = ex.s
-    out: dict[tuple[int, int], list[int]] = {}
-    for q in page_ids(ex.ops, ex.lay, s):
-        if s.alive[q] and s.committed[q]:
-            out.setdefault((int(s.key[q]), int(s.lc[q])), []).append(q)
+    out: list[list[int]] = [[] for _ in range(ex.lay.lcs)]
+    if key != NONE:
+        for q in pages_with_key(ex.lay, s, key):
+            if s.alive[q] and s.committed[q]:
+                out[int(s.lc[q])].append(q)
     return out
+
+
+def _any_copy(ex: Executor) -> bool:
+    """Some live page is committed (under any key)."""
+    s = ex.s
+    return any(s.alive[q] for q in page_ids(ex.ops, ex.lay, s, s.committed))
 
 
 def _reused_copy(ex: Executor, copies: list[int]) -> int:
@@ -634,14 +636,17 @@ def create(ex: Executor, seq: int, prompt: tuple[int, ...]) -> None:
     free = ops.or_(ops.eq(ex.s.seq_status[seq], int(SeqStatus.FREE)),
                    ops.eq(ex.s.seq_status[seq], int(SeqStatus.CLOSED)))
     ex.require(free, SequenceStateError(f"create: sequence {seq} is in use"))
-    keys = {k: i for i, k in enumerate(ex.s.block_keys)}
+    keys = key_table(lay, ex.s.block_keys)
     most = min(len(prompt) // t, lay.blocks)
-    prompt_keys = [keys.get(tuple(prompt[: (o + 1) * t]), NONE) for o in range(most)]
+    prompt_keys = [keys.find(tuple(prompt[: (o + 1) * t])) for o in range(most)]
     # per block and life cycle, the committed copies of the prompt's block (no key was
     # ever committed: no page is read, as in the symbolic engines, which have no content)
-    copies = _copies_by_key(ex) if any(k != NONE for k in prompt_keys) else {}
-    found = [[copies.get((key, lc), []) for lc in range(lay.lcs)] for key in prompt_keys]
+    interned = any(k != NONE for k in prompt_keys)
+    found = [_copies_of(ex, key) if interned else [[] for _ in range(lay.lcs)]
+             for key in prompt_keys]
     full = next((o for o in range(most) if not all(found[o])), most)
+    # the manager's choice only when some page is committed at all and a prompt key interned
+    copies = interned and (any(p for row in found for p in row) or _any_copy(ex))
     k = full if lru(lay) or not copies else _reused_blocks(ex, found, full)
     m = k * t
     ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.ALLOWED))

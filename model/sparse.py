@@ -273,3 +273,51 @@ def used_in(arr: Sequence[Any], default: Any, positions: range) -> list[int]:
 def sparse(values: Sequence[Any], default: Any) -> SparseArray:
     """A `SparseArray` with the values of `values`."""
     return SparseArray(len(values), default, dict(used_items(values, default)))
+
+
+class PositionsByValue:
+    """Which positions of an array hold each value other than `default`, for one array at a
+    time (`array`), brought from array to array by the positions that differ: asking after
+    a newer (or older) version of a `SparseArray` costs what was written between them, not
+    the positions in use. The positions are exact for `array`; never change them."""
+
+    def __init__(self, default: Any) -> None:
+        self.default = default
+        self.array: Sequence[Any] | None = None
+        self.positions: dict[Any, builtins.set[int]] = {}
+
+    def follow(self, arr: Sequence[Any], changed: builtins.set[int] | None) -> None:
+        """Bring the map to `arr`; `changed`: a superset of the positions where it may
+        differ from the array the map is for (None: unknown, rebuilt)."""
+        if arr is self.array:
+            return
+        old, positions, default = self.array, self.positions, self.default
+        if old is None or changed is None:
+            positions.clear()
+            for i, v in used_items(arr, default):
+                positions.setdefault(v, set()).add(i)
+        else:
+            for i in changed:
+                was, now = old[i], arr[i]
+                if was != now:
+                    if was != default:
+                        at = positions[was]
+                        at.discard(i)
+                        if not at:
+                            del positions[was]
+                    if now != default:
+                        positions.setdefault(now, set()).add(i)
+        self.array = arr
+
+    def at(self, arr: Sequence[Any]) -> dict[Any, builtins.set[int]]:
+        """The map for `arr` (value -> its positions), found from the last array asked
+        about when one of the two was written from the other."""
+        old = self.array
+        if arr is not old:
+            changed = None
+            if isinstance(arr, SparseArray) and isinstance(old, SparseArray):
+                changed = arr.changed_since(old)
+                if changed is None:
+                    changed = old.changed_since(arr)
+            self.follow(arr, changed)
+        return self.positions
