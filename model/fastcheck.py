@@ -284,8 +284,11 @@ class Delta:
     def at(self, *names: str) -> set[int] | None:
         """Positions where any of these arrays may differ; None when not known."""
         out: set[int] = set()
+        changed, known = self.changed, self._at
         for name in names:
-            pos = self._field(name)
+            if name not in changed:  # the common case first, without a call
+                continue
+            pos = known[name] if name in known else self._field(name)
             if pos is None:
                 return None
             out |= pos

@@ -173,8 +173,11 @@ class SparseArray(Sequence[Any]):
         counts = self._counts
         was_used, now_used = old != self.default, value != self.default
         if was_used != now_used:
-            k = bisect_right(self.segments, i) - 1
-            counts = (*counts[:k], counts[k] + (1 if now_used else -1), *counts[k + 1:])
+            if len(counts) == 1:  # one segment (most arrays): no search
+                counts = (counts[0] + (1 if now_used else -1),)
+            else:
+                k = bisect_right(self.segments, i) - 1
+                counts = (*counts[:k], counts[k] + (1 if now_used else -1), *counts[k + 1:])
         base, prev_base, merged = self._base, self._prev_base, self._merged
         parent: SparseArray | None = self
         size = len(overlay)
