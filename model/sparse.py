@@ -129,6 +129,18 @@ class SparseArray(Sequence[Any]):
                 out.append(i)
         return out
 
+    def values_in(self, positions: range) -> list[Any]:
+        """The values at `positions`, in its order (a short range read without a call per
+        position)."""
+        overlay, base, default = self._overlay, self._base, self.default
+        out = []
+        for i in positions:
+            if not 0 <= i < self.length:
+                raise IndexError(i)
+            v = overlay.get(i, _MISSING)
+            out.append(base.get(i, default) if v is _MISSING else v)
+        return out
+
     def count_used_in(self, positions: range) -> int:
         """How many positions of `positions` (a step-1 range) hold a non-default value: O(1)
         for a whole segment, else O(used)."""
@@ -271,6 +283,13 @@ def used_in(arr: Sequence[Any], default: Any, positions: range) -> list[int]:
     if isinstance(arr, SparseArray) and arr.default == default:
         return arr.used_in(positions)
     return [i for i in positions if arr[i] != default]
+
+
+def values_in(arr: Sequence[Any], positions: range) -> list[Any]:
+    """`[arr[i] for i in positions]`, for a `SparseArray` without a call per position."""
+    if isinstance(arr, SparseArray):
+        return arr.values_in(positions)
+    return [arr[i] for i in positions]
 
 
 def sparse(values: Sequence[Any], default: Any) -> SparseArray:

@@ -30,6 +30,7 @@ from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
 from kvpocket.model.executor import Chooser, RecordedChooser, Step
 from kvpocket.model.logic import count_equal
 from kvpocket.model.machine import Model
+from kvpocket.model.sparse import values_in
 from kvpocket.model.state import State, status
 from kvpocket.verify.traces.trace import NO_RESULT, Event, EventStream, ParsedEventLog
 
@@ -298,7 +299,9 @@ class EventChecker:
         fits: list[_Fit] = []
         first: _Failure | None = None
         runs = 0
-        seen = {x for row in (ev.observed or {}).get("index", []) for x in row if x >= 0}
+        # the slots the observed page index shows: read only without recorded choices
+        seen = {x for row in (ev.observed or {}).get("index", []) for x in row if x >= 0} \
+            if open_choices else set()
         for pre in [m.state, *self.others]:
             prefixes: list[list[int]] = [[]]
             while prefixes:
@@ -503,7 +506,7 @@ class EventChecker:
             nb = num_blocks_for(s.capacity[q], self.cfg.tokens_per_block)
             for lc, row in enumerate(obs.get("index", [])):
                 first = lay.entry_ix(m.ops, q, lc, 0)  # a row's blocks are consecutive
-                want_row = [s.index[first + o] for o in range(min(nb, lay.blocks))] \
+                want_row = values_in(s.index, range(first, first + min(nb, lay.blocks))) \
                     if lc < lay.lcs else None
                 if want_row != row:
                     diffs.append(f"page index of sequence {seq}, life cycle {lc}: log {row}, "
