@@ -631,8 +631,13 @@ class Event:
     observed: dict[str, Any] | None = None
 
     def describe(self) -> str:
-        shown = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        return f"{self.action}({shown})"
+        return self.describe_call(self.action, self.params)
+
+    @staticmethod
+    def describe_call(action: str, params: dict[str, Any]) -> str:
+        """`describe` of an event with this action and these parameters."""
+        shown = ", ".join(f"{k}={v}" for k, v in params.items())
+        return f"{action}({shown})"
 
 
 @dataclass

@@ -93,11 +93,39 @@ class TraceVerdict:
         return text
 
 
+class _Lazy:
+    """A line of a report, formatted when shown: the history of most events never is."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make: Callable[[], str]) -> None:
+        self._make = make
+
+    def __str__(self) -> str:
+        return self._make()
+
+    def __format__(self, spec: str) -> str:
+        return format(self._make(), spec)
+
+
+Touched = list[tuple[_Lazy | str, set[Where]]]  # (a page action, the locations it touched)
+
+
+def _step_text(action: str, locs: set[Where], note: str) -> _Lazy:
+    return _Lazy(lambda: f"{action} {' '.join(loc(w) for w in sorted(locs))}{note}")
+
+
+def _event_text(ev: Event, shown: object) -> _Lazy:
+    action, params = ev.action, ev.params
+    return _Lazy(lambda: Event.describe_call(action, params)
+                 + ("" if shown is NO_RESULT else f" -> {_show(shown)}"))
+
+
 @dataclass
 class _Past:
     line: int
-    text: str
-    touched: list[tuple[str, set[Where]]] = field(default_factory=list)  # (step, locations)
+    text: _Lazy
+    touched: Touched = field(default_factory=list)  # (step, locations)
 
 
 class _Failure(Exception):
@@ -114,7 +142,7 @@ class _Fit:
     its result, and what of the log it compared."""
 
     state: State
-    touched: list[tuple[str, set[Where]]]
+    touched: Touched
     value: object
     counts: dict[str, int]
 
@@ -467,14 +495,12 @@ class EventChecker:
             facts.append("not the head of its queue (order=lru)")
         return [f"the page at {loc((level, pg, slot))} in the model is {', '.join(facts)}"]
 
-    def _note(self, ev: Event, touched: list[tuple[str, set[Where]]],
-              value: object = NO_RESULT) -> None:
+    def _note(self, ev: Event, touched: Touched, value: object = NO_RESULT) -> None:
         if not touched:
             return  # an event that touched no location is in no location's history
 
         shown = ev.result if ev.result is not NO_RESULT else value
-        text = ev.describe() + ("" if shown is NO_RESULT else f" -> {_show(shown)}")
-        past = _Past(ev.line, text, touched)
+        past = _Past(ev.line, _event_text(ev, shown), touched)
         for w in set().union(*(locs for _, locs in touched)):
             self.past.setdefault(w, deque(maxlen=HISTORY)).append(past)
             self.touches[w] = self.touches.get(w, 0) + 1
@@ -532,8 +558,8 @@ class EventChecker:
         return (int(s.level[p]), self.cfg.pool_group_of(s.lc[p]), int(s.slot[p]))
 
     def _touched(self, pre: State, post: State, steps: list[Step]
-                 ) -> list[tuple[str, set[Where]]]:
-        out: list[tuple[str, set[Where]]] = []
+                 ) -> Touched:
+        out: Touched = []
         lay, ops = self.model.layout, self.model.ops
         for st in steps:
             prm = st.params
@@ -559,7 +585,7 @@ class EventChecker:
                 dst = pre.level[page] + 1 if st.action == "evict_begin" else 0
                 locs.add((int(dst), self.cfg.pool_group_of(pre.lc[page]), prm["dst_slot"]))
             if locs:
-                out.append((f"{st.action} {' '.join(loc(w) for w in sorted(locs))}{note}", locs))
+                out.append((_step_text(st.action, locs, note), locs))
             elif page is not None and page != NONE:
                 out.append((f"{st.action} (page {page}, without a slot)", locs))
         return out
