@@ -22,6 +22,7 @@ from .errors import (
     UnknownSequenceError,
 )
 from .executor import Executor, LookupLabel
+from .keyindex import key_table, pages_with_key
 from .logic import Term, any_equal, count_equal
 from .overrides import any_override, named
 from .pages import (
@@ -34,6 +35,7 @@ from .pages import (
     still_valid,
     victim_cond,
 )
+from .sparse import used_in
 from .state import State, dead_page_ids, evolve, page_ids, stale, status
 
 # ---- small derived terms -------------------------------------------------------------------
@@ -269,6 +271,8 @@ def _require_status(ex: Executor, seq: int, allowed: tuple[SeqStatus, ...], op: 
     ex.require(ex.ops.ne(st, int(SeqStatus.FREE)),
                UnknownSequenceError(f"{op}: sequence {seq} was never created"))
     ok = ex.ops.or_(*(ex.ops.eq(st, int(a)) for a in allowed))
+    if ok is True:  # plain values, allowed: `require` would do nothing (no message to build)
+        return
     names = " or ".join(a.name for a in allowed)
     shown = SeqStatus(st).name if isinstance(st, int) else "its status"
     ex.require(ok, SequenceStateError(f"{op}: sequence {seq} is {shown}, must be {names}"))
@@ -292,30 +296,25 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
         f"resize: capacity {capacity} exceeds max_blocks * tokens_per_block = {cfg.max_capacity}"))
     ex.do("set_lengths", seq=seq, capacity=capacity, history=history,
           committed=ex.s.committed_tokens[seq])
-    leaving, shrinking, growing = _resize_blocks(ex, old_cap, capacity, old_h, history)
-
-    def maybe(cond: dict[tuple[int, int], Term], keys: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-        return [k for k in keys if cond[k] is not False]
+    (leaving, shrinking, growing), (left, shrunk, block_major) = _resize_blocks(
+        ex, old_cap, capacity, old_h, history)
 
     # Phase 1: blocks that just left the window are unlocked (their holders stay, like
     # upstream's backup_holders, until the growth below has succeeded).
-    for lc, o in maybe(leaving, leaving):
+    for lc, o in left:
         page, locked = _entry(ex, seq, lc, o)
         for _ in ex.when(ops.and_(leaving[lc, o], locked)):
             ex.do("unlock", page=page, seq=seq, lc=lc, ordinal=o)
     # Phase 2: shrink, last block first.
-    for lc in range(lay.lcs):
-        for o in reversed(range(lay.blocks)):
-            if shrinking[lc, o] is not False:
-                for _ in ex.when(shrinking[lc, o]):
-                    release_block(ex, seq, lc, o)
+    for lc, o in shrunk:
+        for _ in ex.when(shrinking[lc, o]):
+            release_block(ex, seq, lc, o)
 
     # Phase 3: grow. New in-window blocks first take parked slots, then the allocator.
     def needs_page(lc: int, o: int) -> Term:
         page, _ = _entry(ex, seq, lc, o)
         return ops.and_(growing[lc, o], ops.eq(page, NONE))
 
-    block_major = maybe(growing, [(lc, o) for o in range(lay.blocks) for lc in range(lay.lcs)])
     pocket_lcs = _pocket_lcs(ex)
     for lc, o in block_major:  # block by block, life cycle within block (as upstream)
         if lc in pocket_lcs:
@@ -333,7 +332,7 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
     # Phase 4: resolve the blocks that left the window: committed pages stay only in the
     # radix tree; uncommitted ones are kept for committing, parked, or released.
     allowed = ops.eq(ex.s.commit_state[seq], int(CommitState.ALLOWED))
-    for lc, o in maybe(leaving, leaving):
+    for lc, o in left:
         page, locked = _entry(ex, seq, lc, o)
         held = ops.and_(leaving[lc, o], ops.ne(page, NONE), ops.not_(locked))
         committed = ops.lookup(ex.s.committed, page, False)
@@ -344,11 +343,14 @@ def resize(ex: Executor, seq: int, capacity: int, history: int) -> None:
 
 
 Blocks = dict[tuple[int, int], Term]  # a condition per (life cycle, ordinal)
+Visits = list[tuple[int, int]]  # (life cycle, ordinal) in the order a phase visits them
 
 
 def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, history: Term
-                   ) -> tuple[Blocks, Blocks, Blocks]:
-    """Which blocks of a resize leave the window, shrink away or grow (`resize`'s phases).
+                   ) -> tuple[tuple[Blocks, Blocks, Blocks], tuple[Visits, Visits, Visits]]:
+    """Which blocks of a resize leave the window, shrink away or grow (`resize`'s phases),
+    and the blocks each phase visits, in its order: those leaving; those shrinking, last
+    block first per life cycle; those growing, block by block, life cycle within block.
 
     It depends on the lengths only, not on the state the phases change: decided once per
     block. On plain values a block whose condition is False is skipped (its `ex.when`
@@ -356,7 +358,8 @@ def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, his
     On plain values without overrides the answer is remembered per layout and lengths
     (a resize per decoded token would otherwise re-derive it for every block)."""
     ops, lay = ex.ops, ex.lay
-    memo: dict[tuple[Term, ...], tuple[Blocks, Blocks, Blocks]] | None = None
+    memo: dict[tuple[Term, ...], tuple[tuple[Blocks, Blocks, Blocks],
+                                       tuple[Visits, Visits, Visits]]] | None = None
     if not ops.symbolic and not any_override():
         memo = lay.memo.setdefault("resize_blocks", {})
         found = memo.get((old_cap, capacity, old_h, history))
@@ -372,11 +375,19 @@ def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, his
     shrinking = {(lc, o): ops.and_(was_in[o], ops.not_(now_in[o])) for lc, o in every}
     growing = {(lc, o): ops.and_(ops.not_(was_in[o]), now_in[o], ops.not_(stale_now[lc, o]))
                for lc, o in every}
+
+    def maybe(cond: Blocks, keys: Iterable[tuple[int, int]]) -> Visits:
+        return [k for k in keys if cond[k] is not False]
+
+    answer = ((leaving, shrinking, growing), (
+        maybe(leaving, leaving),
+        maybe(shrinking, [(lc, o) for lc in range(lay.lcs) for o in reversed(range(lay.blocks))]),
+        maybe(growing, [(lc, o) for o in range(lay.blocks) for lc in range(lay.lcs)])))
     if memo is not None:
         if len(memo) >= _RESIZE_MEMO_SIZE:
             memo.clear()
-        memo[old_cap, capacity, old_h, history] = (leaving, shrinking, growing)
-    return leaving, shrinking, growing
+        memo[old_cap, capacity, old_h, history] = answer
+    return answer
 
 
 _RESIZE_MEMO_SIZE = 4096  # remembered lengths per layout (the answers are read, never changed)
@@ -450,18 +461,12 @@ def commit(ex: Executor, seq: int, tokens: tuple[int, ...]) -> None:
     ex.require(new_c <= int(ex.s.capacity[seq]), CapacityError(
         f"commit: {new_c} committed tokens would exceed capacity {ex.s.capacity[seq]}"))
     all_tokens = ex.s.tokens[seq] + tuple(tokens)
-    keys = list(ex.s.block_keys)
+    keys = key_table(lay, ex.s.block_keys)  # interned prefixes, looked up by hashing
     stopped = False
     committed_blocks: list[int] = []
     for o in range(old_c // t, new_c // t):
-        prefix = all_tokens[: (o + 1) * t]
-        key = keys.index(prefix) if prefix in keys else len(keys)
-        if key == len(keys):
-            keys.append(prefix)
-        clash = any(
-            ex.s.alive[q] and ex.s.committed[q] and ex.s.key[q] == key
-            for q in page_ids(ex.ops, lay, ex.s)
-        )
+        key = keys.intern(all_tokens[: (o + 1) * t])
+        clash = any(ex.s.alive[q] and ex.s.committed[q] for q in pages_with_key(lay, ex.s, key))
         if clash and not _caches_again(ex):
             stopped = True
             break
@@ -470,7 +475,7 @@ def commit(ex: Executor, seq: int, tokens: tuple[int, ...]) -> None:
             if page != NONE and not ex.s.committed[page]:
                 ex.do("commit_page", page=page, key=key)
         committed_blocks.append(o)
-    ex.s = _with_tokens(ex, seq, all_tokens, tuple(keys))
+    ex.s = _with_tokens(ex, seq, all_tokens, keys.keys(lay))
     if new_c > int(ex.s.history[seq]):  # history follows the committed tokens
         resize(ex, seq, int(ex.s.capacity[seq]), new_c)
     ex.do("set_lengths", seq=seq, capacity=ex.s.capacity[seq], history=ex.s.history[seq],
@@ -520,6 +525,20 @@ def suspend(ex: Executor, seq: int) -> None:
     ex.do("set_status", seq=seq, status=int(SeqStatus.SUSPENDED))
 
 
+def _holding(ex: Executor, seq: int, blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`blocks` (life cycle, ordinal) of `seq`, in their order; on plain values only those
+    whose entry holds a page now. A pass whose every `ex.when` needs the entry's page (and
+    gives no entry a page) skips nothing else by visiting only these, as `_resize_blocks`
+    skips the blocks whose condition is False; on terms every block is visited."""
+    if ex.ops.symbolic:
+        return blocks
+    lay = ex.lay
+    positions = lay.entry_range(seq)
+    held = {divmod(e - positions.start, lay.blocks)
+            for e in used_in(ex.s.entry, NONE, positions)}
+    return [b for b in blocks if b in held]
+
+
 def resume(ex: Executor, seq: int) -> None:
     """Bring every in-window page back to GPU and lock it; all or nothing."""
     ops, lay = ex.ops, ex.lay
@@ -532,7 +551,7 @@ def resume(ex: Executor, seq: int) -> None:
         page, _ = _entry(ex, seq, lc, o)
         return page, ops.and_(ops.ne(page, NONE), in_window[lc, o])
 
-    for lc, o in targets:  # pin first, so making room never evicts our own pages
+    for lc, o in _holding(ex, seq, targets):  # pin first: making room never evicts our pages
         page, is_target = target(lc, o)
         for _ in ex.when(ops.and_(is_target, ops.lookup(ex.s.queued, page, False))):
             ex.do("exclude", page=page)
@@ -541,15 +560,16 @@ def resume(ex: Executor, seq: int) -> None:
         return ops.and_(is_target, ops.lt(GPU_LEVEL, ops.lookup(ex.s.level, page, 0)))
 
     for pg in range(lay.cfg.num_pool_groups):  # one eviction round per pool group
-        need = ops.count([below(lc, o) for lc, o in targets if lay.cfg.pool_group_of(lc) == pg])
+        need = ops.count([below(lc, o) for lc, o in _holding(ex, seq, targets)
+                          if lay.cfg.pool_group_of(lc) == pg])
         for _ in ex.when(ops.lt(0, need)):
             make_room(ex, GPU_LEVEL, pg, need)
-    for lc, o in targets:
+    for lc, o in _holding(ex, seq, targets):
         page, _ = target(lc, o)
         for _ in ex.when(below(lc, o)):
             migrate(ex, page, GPU_LEVEL, lay.cfg.pool_group_of(lc))
     ex.do("set_status", seq=seq, status=int(SeqStatus.ACTIVE))
-    for lc, o in targets:
+    for lc, o in _holding(ex, seq, targets):
         page, is_target = target(lc, o)
         for _ in ex.when(is_target):
             ex.do("lock", page=page, seq=seq, lc=lc, ordinal=o)
@@ -575,15 +595,22 @@ def close(ex: Executor, seq: int) -> None:
 HIT = "hit"  # the choice kind: which cached copy of a block a prefix match reuses
 
 
-def _copies_by_key(ex: Executor) -> dict[tuple[int, int], list[int]]:
-    """(block key, life cycle) -> its committed pages (more than one only when a manager
-    cached a block again on a `clash`), in one pass over the live pages."""
+def _copies_of(ex: Executor, key: int) -> list[list[int]]:
+    """Per life cycle, the committed pages of one block key, ascending (more than one only
+    when a manager cached a block again on a `clash`); none for NONE (never interned)."""
     s = ex.s
-    out: dict[tuple[int, int], list[int]] = {}
-    for q in page_ids(ex.ops, ex.lay, s):
-        if s.alive[q] and s.committed[q]:
-            out.setdefault((int(s.key[q]), int(s.lc[q])), []).append(q)
+    out: list[list[int]] = [[] for _ in range(ex.lay.lcs)]
+    if key != NONE:
+        for q in pages_with_key(ex.lay, s, key):
+            if s.alive[q] and s.committed[q]:
+                out[int(s.lc[q])].append(q)
     return out
+
+
+def _any_copy(ex: Executor) -> bool:
+    """Some live page is committed (under any key)."""
+    s = ex.s
+    return any(s.alive[q] for q in page_ids(ex.ops, ex.lay, s, s.committed))
 
 
 def _reused_copy(ex: Executor, copies: list[int]) -> int:
@@ -634,14 +661,16 @@ def create(ex: Executor, seq: int, prompt: tuple[int, ...]) -> None:
     free = ops.or_(ops.eq(ex.s.seq_status[seq], int(SeqStatus.FREE)),
                    ops.eq(ex.s.seq_status[seq], int(SeqStatus.CLOSED)))
     ex.require(free, SequenceStateError(f"create: sequence {seq} is in use"))
-    keys = {k: i for i, k in enumerate(ex.s.block_keys)}
+    keys = key_table(lay, ex.s.block_keys)
     most = min(len(prompt) // t, lay.blocks)
-    prompt_keys = [keys.get(tuple(prompt[: (o + 1) * t]), NONE) for o in range(most)]
+    prompt_keys = [keys.find(tuple(prompt[: (o + 1) * t])) for o in range(most)]
     # per block and life cycle, the committed copies of the prompt's block (no key was
     # ever committed: no page is read, as in the symbolic engines, which have no content)
-    copies = _copies_by_key(ex) if any(k != NONE for k in prompt_keys) else {}
-    found = [[copies.get((key, lc), []) for lc in range(lay.lcs)] for key in prompt_keys]
+    interned = any(k != NONE for k in prompt_keys)
+    found = [_copies_of(ex, key) for key in prompt_keys]
     full = next((o for o in range(most) if not all(found[o])), most)
+    # the manager's choice only when some page is committed at all and a prompt key interned
+    copies = interned and (any(pages for row in found for pages in row) or _any_copy(ex))
     k = full if lru(lay) or not copies else _reused_blocks(ex, found, full)
     m = k * t
     ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.ALLOWED))

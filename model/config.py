@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
+from functools import cached_property
 from typing import Any, TypeVar
 
 GPU_LEVEL = 0
@@ -301,7 +302,7 @@ class KVConfig:
     def last_level(self) -> int:
         return self.num_levels - 1
 
-    @property
+    @cached_property  # read on every slot index the model computes
     def num_pool_groups(self) -> int:
         return 1 + max(lc.pool_group for lc in self.life_cycles)
 

@@ -33,7 +33,7 @@ from .config import (
 )
 from .invariants import INVARIANTS, EntryAt, ForEachEntry, ForEachPage, Invariant, Scope, in_scope
 from .logic import CONCRETE, Array, Ops
-from .sparse import SparseArray, used_in, used_items
+from .sparse import PositionsByValue, SparseArray, used_in, used_items
 from .state import ENTRY_FIELDS, IDLE, PAGE_FIELDS, SEQ_FIELDS, Layout, State
 
 Check = Callable[[Layout, State], bool]
@@ -224,38 +224,18 @@ HAND_WRITTEN: dict[str, str] = {
 # `tests/model/test_incremental.py` checks that runs with them agree with the full check.
 
 
-class EntryRefs:
-    """Which block entries reference each page, for one `entry` array (`array`): kept by
+class EntryRefs(PositionsByValue):
+    """Which block entries reference each page (`by_page`), for one `entry` array: kept by
     the incremental checker from state to state and brought up to date from the positions
     that changed, so a check asking which entries reference a changed page costs what
     changed, not the entries in use (three local checks ask after most events)."""
 
     def __init__(self) -> None:
-        self.array: Array | None = None
-        self.by_page: dict[int, set[int]] = {}
+        super().__init__(NONE)
 
-    def follow(self, entry: Array, changed: set[int] | None) -> None:
-        """Bring the map to `entry`; `changed`: the positions where it may differ from the
-        array the map is for (None: unknown, rebuilt)."""
-        if entry is self.array:
-            return
-        old, by_page = self.array, self.by_page
-        if old is None or changed is None:
-            by_page.clear()
-            for e, page in used_items(entry, NONE):
-                by_page.setdefault(page, set()).add(e)
-        else:
-            for e in changed:
-                was, now = old[e], entry[e]
-                if was != now:
-                    if was != NONE:
-                        refs = by_page[was]
-                        refs.discard(e)
-                        if not refs:
-                            del by_page[was]
-                    if now != NONE:
-                        by_page.setdefault(now, set()).add(e)
-        self.array = entry
+    @property
+    def by_page(self) -> dict[int, set[int]]:
+        return self.positions
 
 
 class Delta:
@@ -304,8 +284,11 @@ class Delta:
     def at(self, *names: str) -> set[int] | None:
         """Positions where any of these arrays may differ; None when not known."""
         out: set[int] = set()
+        changed, known = self.changed, self._at
         for name in names:
-            pos = self._field(name)
+            if name not in changed:  # the common case first, without a call
+                continue
+            pos = known[name] if name in known else self._field(name)
             if pos is None:
                 return None
             out |= pos

@@ -115,14 +115,15 @@ class IncrementalChecker:
         # what changed is looked at (`fastcheck.LOCAL`) where a check of that kind exists
         delta = None if last is None else Delta(last, s, changed, self._refs)
         bad: list[Invariant] = []
-        for inv in self._scoped(scope):
+        scoped = self._scoped(scope)
+        todo = [inv for inv in scoped if inv.name not in held]
+        self.skipped += len(scoped) - len(todo)
+        was_held = self._held
+        for inv in todo:
             name = inv.name
-            if name in held:
-                self.skipped += 1
-                continue
             ok: bool | None = None
             local = LOCAL.get(name)
-            if delta is not None and local is not None and name in self._held:
+            if delta is not None and local is not None and name in was_held:
                 ok = local(self.lay, s, delta)
                 if ok is not None:
                     self.local += 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .sparse import SparseArray
+from .sparse import _MISSING, SparseArray
 
 # A value of the model: a Python int/bool under ConcreteOps, a Z3 expression symbolically.
 Term = Any
@@ -98,16 +98,23 @@ class ConcreteOps:
     def lookup(self, arr: Sequence[Term], idx: Term, default: Term = -1) -> Term:
         if idx < 0:
             return default
-        try:  # past the end reads the default (no `len` call: the model's hottest read)
+        if type(arr) is SparseArray:  # the model's hottest read: `SparseArray[idx]`, inlined
+            v = arr._overlay.get(idx, _MISSING)
+            if v is _MISSING:
+                v = arr._base.get(idx, _MISSING)
+                if v is _MISSING:  # past the end (or not an int index) reads `default`
+                    return arr.default if type(idx) is int and idx < arr.length else default
+            return v
+        try:  # past the end reads the default (no `len` call)
             return arr[idx]
         except IndexError:
             return default
 
     def store(self, arr: Array, idx: Term, value: Term) -> Array:
+        if type(arr) is SparseArray:
+            return arr.set(idx, value) if 0 <= idx < arr.length else arr
         if not 0 <= idx < len(arr):
             return arr
-        if isinstance(arr, SparseArray):
-            return arr.set(idx, value)
         return (*arr[:idx], value, *arr[idx + 1 :])
 
     def count(self, conds: Sequence[Term]) -> Term:
@@ -141,6 +148,8 @@ def any_equal(ops: Ops, arr: Array, value: int) -> Term:
     if not ops.symbolic and isinstance(arr, SparseArray):
         return (value == arr.default and len(arr.used()) < len(arr)) or any(
             v == value for _, v in arr.items())
+    if not ops.symbolic and type(arr) is tuple:  # plain values: the same loop, in C
+        return value in arr
     return ops.any_over(arr, lambda x: ops.eq(x, value))
 
 

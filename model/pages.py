@@ -26,6 +26,7 @@ from .config import (
 )
 from .logic import Array, Ops, Term, any_equal, replace_equal
 from .overrides import any_override, named
+from .sparse import used_in
 from .state import IDLE, Layout, State, evictable, evolve, page_ids, status
 
 Params = dict[str, Term]
@@ -718,7 +719,12 @@ P_CSTATE = Param("commit_state", _commit_states, "commit state")
 
 
 def _seq_entries(ops: Ops, lay: Layout, s: State, seq: Term) -> list[tuple[Term, Term]]:
-    """(entry page, entry is a lock) for every block of a sequence."""
+    """(entry page, entry is a lock) for every block of a sequence that may hold a page: on
+    plain values only the entries holding one (an entry without a page satisfies both
+    conditions read from these, so leaving it out changes no answer)."""
+    if not ops.symbolic and 0 <= seq < lay.seqs:
+        return [(s.entry[e], s.entry_locked[e])
+                for e in used_in(s.entry, NONE, lay.entry_range(seq))]
     out = []
     for lc in range(lay.lcs):
         for o in range(lay.blocks):

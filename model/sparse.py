@@ -129,6 +129,18 @@ class SparseArray(Sequence[Any]):
                 out.append(i)
         return out
 
+    def values_in(self, positions: range) -> list[Any]:
+        """The values at `positions`, in its order (a short range read without a call per
+        position)."""
+        overlay, base, default = self._overlay, self._base, self.default
+        out = []
+        for i in positions:
+            if not 0 <= i < self.length:
+                raise IndexError(i)
+            v = overlay.get(i, _MISSING)
+            out.append(base.get(i, default) if v is _MISSING else v)
+        return out
+
     def count_used_in(self, positions: range) -> int:
         """How many positions of `positions` (a step-1 range) hold a non-default value: O(1)
         for a whole segment, else O(used)."""
@@ -173,8 +185,11 @@ class SparseArray(Sequence[Any]):
         counts = self._counts
         was_used, now_used = old != self.default, value != self.default
         if was_used != now_used:
-            k = bisect_right(self.segments, i) - 1
-            counts = (*counts[:k], counts[k] + (1 if now_used else -1), *counts[k + 1:])
+            if len(counts) == 1:  # one segment (most arrays): no search
+                counts = (counts[0] + (1 if now_used else -1),)
+            else:
+                k = bisect_right(self.segments, i) - 1
+                counts = (*counts[:k], counts[k] + (1 if now_used else -1), *counts[k + 1:])
         base, prev_base, merged = self._base, self._prev_base, self._merged
         parent: SparseArray | None = self
         size = len(overlay)
@@ -270,6 +285,61 @@ def used_in(arr: Sequence[Any], default: Any, positions: range) -> list[int]:
     return [i for i in positions if arr[i] != default]
 
 
+def values_in(arr: Sequence[Any], positions: range) -> list[Any]:
+    """`[arr[i] for i in positions]`, for a `SparseArray` without a call per position."""
+    if isinstance(arr, SparseArray):
+        return arr.values_in(positions)
+    return [arr[i] for i in positions]
+
+
 def sparse(values: Sequence[Any], default: Any) -> SparseArray:
     """A `SparseArray` with the values of `values`."""
     return SparseArray(len(values), default, dict(used_items(values, default)))
+
+
+class PositionsByValue:
+    """Which positions of an array hold each value other than `default`, for one array at a
+    time (`array`), brought from array to array by the positions that differ: asking after
+    a newer (or older) version of a `SparseArray` costs what was written between them, not
+    the positions in use. The positions are exact for `array`; never change them."""
+
+    def __init__(self, default: Any) -> None:
+        self.default = default
+        self.array: Sequence[Any] | None = None
+        self.positions: dict[Any, builtins.set[int]] = {}
+
+    def follow(self, arr: Sequence[Any], changed: builtins.set[int] | None) -> None:
+        """Bring the map to `arr`; `changed`: a superset of the positions where it may
+        differ from the array the map is for (None: unknown, rebuilt)."""
+        if arr is self.array:
+            return
+        old, positions, default = self.array, self.positions, self.default
+        if old is None or changed is None:
+            positions.clear()
+            for i, v in used_items(arr, default):
+                positions.setdefault(v, set()).add(i)
+        else:
+            for i in changed:
+                was, now = old[i], arr[i]
+                if was != now:
+                    if was != default:
+                        at = positions[was]
+                        at.discard(i)
+                        if not at:
+                            del positions[was]
+                    if now != default:
+                        positions.setdefault(now, set()).add(i)
+        self.array = arr
+
+    def at(self, arr: Sequence[Any]) -> dict[Any, builtins.set[int]]:
+        """The map for `arr` (value -> its positions), found from the last array asked
+        about when one of the two was written from the other."""
+        old = self.array
+        if arr is not old:
+            changed = None
+            if isinstance(arr, SparseArray) and isinstance(old, SparseArray):
+                changed = arr.changed_since(old)
+                if changed is None:
+                    changed = old.changed_since(arr)
+            self.follow(arr, changed)
+        return self.positions

@@ -16,7 +16,7 @@ from model_helpers import random_calls
 from kvpocket.model import Model
 from kvpocket.model.executor import Candidates, LookupLabel
 from kvpocket.model.logic import CONCRETE, any_equal, count_equal, replace_equal
-from kvpocket.model.sparse import SparseArray, used_items
+from kvpocket.model.sparse import SparseArray, used_items, values_in
 from kvpocket.model.state import STATE_FIELDS
 from kvpocket.verify.presets import PRESETS, preset
 from kvpocket.verify.traces.trace import EVENTS_KIND, parse_events, with_end_marker
@@ -37,6 +37,7 @@ def test_reads_like_the_tuple_it_stands_for(writes: list[tuple[int, int]], seg: 
     for a, t in versions:  # every version is intact (persistence)
         assert a == t and tuple(a) == t and len(a) == len(t)
         assert a[-1] == t[-1] and a[3:9] == t[3:9]
+        assert values_in(a, range(seg // 2, seg)) == list(t[seg // 2:seg])
         assert dict(used_items(a, -1)) == {i: v for i, v in enumerate(t) if v != -1}
         assert a.count_used_in(range(0, seg)) == sum(1 for v in t[:seg] if v != -1)
         assert a.count_used_in(range(seg, 300)) == sum(1 for v in t[seg:] if v != -1)

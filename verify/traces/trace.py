@@ -63,6 +63,15 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+_INT_ONLY = frozenset({int})
+
+
+def _all_ints(xs: list[Any]) -> bool:
+    """Every element `_is_int` (a parsed row holds plain ints: their types are compared in
+    one pass, element by element only when another type is there)."""
+    return set(map(type, xs)) <= _INT_ONLY or all(_is_int(x) for x in xs)
+
+
 class TraceError(ValueError):
     """A malformed trace: the message names the line and what is wrong."""
 
@@ -622,8 +631,13 @@ class Event:
     observed: dict[str, Any] | None = None
 
     def describe(self) -> str:
-        shown = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        return f"{self.action}({shown})"
+        return self.describe_call(self.action, self.params)
+
+    @staticmethod
+    def describe_call(action: str, params: dict[str, Any]) -> str:
+        """`describe` of an event with this action and these parameters."""
+        shown = ", ".join(f"{k}={v}" for k, v in params.items())
+        return f"{action}({shown})"
 
 
 @dataclass
@@ -729,7 +743,7 @@ def _event(lineno: int, obj: dict[str, Any], name: str,
 
 
 def _is_location(v: object) -> bool:
-    return isinstance(v, list) and len(v) == 3 and all(_is_int(x) for x in v)
+    return isinstance(v, list) and len(v) == 3 and _all_ints(v)
 
 
 def _choices(raw: object, where: str) -> list[tuple[str, Any]]:
@@ -773,7 +787,7 @@ def _observed(raw: object, where: str) -> dict[str, Any]:
                          f"{', '.join(OBSERVED_STATUSES)}, got {json.dumps(raw['status'])[:80]}")
     index = raw.get("index", [])
     if not isinstance(index, list) or not all(
-            isinstance(r, list) and all(_is_int(x) for x in r) for r in index):
+            isinstance(r, list) and _all_ints(r) for r in index):
         raise TraceError(f"{where}: observed \"index\" must be a list (per life cycle) of "
                          "lists of ints")
     pocket = raw.get("pocket", [])

@@ -30,6 +30,7 @@ from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
 from kvpocket.model.executor import Chooser, RecordedChooser, Step
 from kvpocket.model.logic import count_equal
 from kvpocket.model.machine import Model
+from kvpocket.model.sparse import values_in
 from kvpocket.model.state import State, status
 from kvpocket.verify.traces.trace import NO_RESULT, Event, EventStream, ParsedEventLog
 
@@ -92,11 +93,39 @@ class TraceVerdict:
         return text
 
 
+class _Lazy:
+    """A line of a report, formatted when shown: the history of most events never is."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make: Callable[[], str]) -> None:
+        self._make = make
+
+    def __str__(self) -> str:
+        return self._make()
+
+    def __format__(self, spec: str) -> str:
+        return format(self._make(), spec)
+
+
+Touched = list[tuple[_Lazy | str, set[Where]]]  # (a page action, the locations it touched)
+
+
+def _step_text(action: str, locs: set[Where], note: str) -> _Lazy:
+    return _Lazy(lambda: f"{action} {' '.join(loc(w) for w in sorted(locs))}{note}")
+
+
+def _event_text(ev: Event, shown: object) -> _Lazy:
+    action, params = ev.action, ev.params
+    return _Lazy(lambda: Event.describe_call(action, params)
+                 + ("" if shown is NO_RESULT else f" -> {_show(shown)}"))
+
+
 @dataclass
 class _Past:
     line: int
-    text: str
-    touched: list[tuple[str, set[Where]]] = field(default_factory=list)  # (step, locations)
+    text: _Lazy
+    touched: Touched = field(default_factory=list)  # (step, locations)
 
 
 class _Failure(Exception):
@@ -113,7 +142,7 @@ class _Fit:
     its result, and what of the log it compared."""
 
     state: State
-    touched: list[tuple[str, set[Where]]]
+    touched: Touched
     value: object
     counts: dict[str, int]
 
@@ -298,7 +327,9 @@ class EventChecker:
         fits: list[_Fit] = []
         first: _Failure | None = None
         runs = 0
-        seen = {x for row in (ev.observed or {}).get("index", []) for x in row if x >= 0}
+        # the slots the observed page index shows: read only without recorded choices
+        seen = {x for row in (ev.observed or {}).get("index", []) for x in row if x >= 0} \
+            if open_choices else set()
         for pre in [m.state, *self.others]:
             prefixes: list[list[int]] = [[]]
             while prefixes:
@@ -464,14 +495,12 @@ class EventChecker:
             facts.append("not the head of its queue (order=lru)")
         return [f"the page at {loc((level, pg, slot))} in the model is {', '.join(facts)}"]
 
-    def _note(self, ev: Event, touched: list[tuple[str, set[Where]]],
-              value: object = NO_RESULT) -> None:
+    def _note(self, ev: Event, touched: Touched, value: object = NO_RESULT) -> None:
         if not touched:
             return  # an event that touched no location is in no location's history
 
         shown = ev.result if ev.result is not NO_RESULT else value
-        text = ev.describe() + ("" if shown is NO_RESULT else f" -> {_show(shown)}")
-        past = _Past(ev.line, text, touched)
+        past = _Past(ev.line, _event_text(ev, shown), touched)
         for w in set().union(*(locs for _, locs in touched)):
             self.past.setdefault(w, deque(maxlen=HISTORY)).append(past)
             self.touches[w] = self.touches.get(w, 0) + 1
@@ -503,7 +532,7 @@ class EventChecker:
             nb = num_blocks_for(s.capacity[q], self.cfg.tokens_per_block)
             for lc, row in enumerate(obs.get("index", [])):
                 first = lay.entry_ix(m.ops, q, lc, 0)  # a row's blocks are consecutive
-                want_row = [s.index[first + o] for o in range(min(nb, lay.blocks))] \
+                want_row = values_in(s.index, range(first, first + min(nb, lay.blocks))) \
                     if lc < lay.lcs else None
                 if want_row != row:
                     diffs.append(f"page index of sequence {seq}, life cycle {lc}: log {row}, "
@@ -529,8 +558,8 @@ class EventChecker:
         return (int(s.level[p]), self.cfg.pool_group_of(s.lc[p]), int(s.slot[p]))
 
     def _touched(self, pre: State, post: State, steps: list[Step]
-                 ) -> list[tuple[str, set[Where]]]:
-        out: list[tuple[str, set[Where]]] = []
+                 ) -> Touched:
+        out: Touched = []
         lay, ops = self.model.layout, self.model.ops
         for st in steps:
             prm = st.params
@@ -556,7 +585,7 @@ class EventChecker:
                 dst = pre.level[page] + 1 if st.action == "evict_begin" else 0
                 locs.add((int(dst), self.cfg.pool_group_of(pre.lc[page]), prm["dst_slot"]))
             if locs:
-                out.append((f"{st.action} {' '.join(loc(w) for w in sorted(locs))}{note}", locs))
+                out.append((_step_text(st.action, locs, note), locs))
             elif page is not None and page != NONE:
                 out.append((f"{st.action} (page {page}, without a slot)", locs))
         return out
