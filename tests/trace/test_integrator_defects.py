@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,19 @@ def test_a_log_too_vague_to_follow_is_a_usage_error(
     assert main(["trace", "check", str(path)]) == 2
     err = capsys.readouterr().err
     assert "log the events' \"choices\"" in err and "Traceback" not in err
+
+
+def test_a_report_at_real_geometry_stays_short() -> None:
+    """At 100,000 slots a missing slot choice has 100,000 legal slots: the report names them
+    as runs and counts them, on a short line, instead of listing every one."""
+    cfg = replace(preset("tiny"), slots_per_level=(100_000, 100_000), max_pages=0)
+    rows: list[dict[str, Any]] = [
+        {"kvpocket_trace": 1, "kind": "events", "config": cfg.to_json()},
+        {"action": "create", "params": {"seq": 1, "prompt": []}, "choices": []},
+        {"action": "resume", "params": {"seq": 1}, "choices": [], "result": True},
+        {"action": "resize", "params": {"seq": 1, "capacity": 2, "history": 1},
+         "choices": [], "result": True}]
+    v = _check_rows(rows)
+    assert not v.ok and v.line == 4 and v.kind == "the log lacks a choice the model makes"
+    assert "legal: [0..99999] (100000 in all)" in v.report, v.report
+    assert max(len(line) for line in v.report.splitlines()) < 300

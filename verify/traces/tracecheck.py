@@ -660,5 +660,25 @@ def _show_label(v: object) -> str:
     return str(v)
 
 
+SHOWN_LABELS = 12  # a report lists at most this many legal choices (runs of slots count once)
+
+
 def _show_labels(vs: list[object]) -> str:
-    return "[" + ", ".join(_show_label(v) for v in vs) + "]" if vs else "none"
+    """Legal choices as a report shows them: consecutive slot ids as one run ("0..99999"),
+    at most SHOWN_LABELS items, and how many there are in all (at real geometry a choice
+    can have 10^5 legal slots: the line stays short)."""
+    if not vs:
+        return "none"
+    items: list[str] = []
+    ints = sorted(v for v in vs if type(v) is int)
+    i = 0
+    while i < len(ints):
+        j = i
+        while j + 1 < len(ints) and ints[j + 1] == ints[j] + 1:
+            j += 1
+        items.append(str(ints[i]) if i == j else f"{ints[i]}..{ints[j]}")
+        i = j + 1
+    items += [_show_label(v) for v in vs if type(v) is not int]
+    shown = ", ".join(items[:SHOWN_LABELS]) + (", ..." if len(items) > SHOWN_LABELS else "")
+    return f"[{shown}]" + (f" ({len(vs)} in all)" if len(items) != len(vs) or
+                           len(items) > SHOWN_LABELS else "")
