@@ -19,6 +19,7 @@ returns at once, and the Python handler raises as usual.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
@@ -32,11 +33,38 @@ _state = {"count": 0}
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
+    if _state["count"] == 0 and _in_finalizer(frame):
+        # An exception cannot leave a finalizer: Python would print it as "Exception ignored
+        # in ..." with a traceback and carry on. Deliver this Ctrl-C again once it is done.
+        _redeliver_later()
+        return
     _state["count"] += 1
     if _state["count"] > 1:  # a second Ctrl-C: no more waiting, no traceback fragments
         os.write(2, b"kvpocket: interrupted again; stopping now (no report)\n")
         os._exit(EXIT_INTERRUPTED)
     raise KeyboardInterrupt
+
+
+def _in_finalizer(frame: FrameType | None) -> bool:
+    """The signal arrived inside a `__del__` or a `weakref.finalize` callback (a temporary
+    directory's or a pool's clean-up, run by the garbage collector)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (code.co_name == "__call__"
+                                          and code.co_filename.endswith("weakref.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+REDELIVER_S = 0.05  # long enough for a finalizer to return
+
+
+def _redeliver_later() -> None:
+    """Raise SIGINT in the main thread again shortly (its handler runs there)."""
+    timer = threading.Timer(REDELIVER_S, _thread.interrupt_main)
+    timer.daemon = True
+    timer.start()
 
 
 @contextlib.contextmanager

@@ -94,3 +94,26 @@ def test_a_write_error_on_stdout_is_a_usage_error(tmp_path: Path) -> None:
                            stderr=subprocess.PIPE, text=True, check=False)
     assert r.returncode == 2
     assert "cannot write to standard output" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_ctrl_c_inside_a_finalizer_is_delivered_after_it(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A KeyboardInterrupt cannot leave a `__del__` or a `weakref.finalize` callback: Python
+    prints it with a traceback and goes on (seen once in `mutants --zoo`). The handler
+    leaves such a Ctrl-C for later instead of counting it."""
+    from kvpocket.verify import interrupts
+
+    later: list[int] = []
+    monkeypatch.setattr(interrupts, "_redeliver_later", lambda: later.append(1))
+
+    class Finalized:
+        def __del__(self) -> None:
+            interrupts._handler(signal.SIGINT, sys._getframe())
+
+    with interrupts.interrupt_scope():
+        obj = Finalized()
+        del obj  # the handler runs inside __del__: no exception, delivered again later
+        assert later == [1] and not interrupts.was_interrupted()
+        with pytest.raises(KeyboardInterrupt):  # the redelivered signal, outside it
+            interrupts._handler(signal.SIGINT, sys._getframe())
+        assert interrupts.was_interrupted()
