@@ -13,7 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .config import GPU_LEVEL, NONE, CommitState, PageStatus, PocketPolicy, SeqStatus
+from .config import (
+    GPU_LEVEL,
+    NONE,
+    CommitState,
+    PageStatus,
+    PocketPolicy,
+    SeqStatus,
+    num_blocks_for,
+    stale_range,
+)
 from .errors import (
     CapacityError,
     CommitError,
@@ -366,23 +375,41 @@ def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, his
         if found is not None:
             return found
     swa = [i for i, lc in enumerate(lay.cfg.life_cycles) if lc.is_swa]
-    every = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
-    was_in = [_in_cap(ex, o, old_cap) for o in range(lay.blocks)]
-    now_in = [_in_cap(ex, o, capacity) for o in range(lay.blocks)]
-    stale_now = {(lc, o): _stale(ex, lc, o, history) for lc, o in every}
-    leaving = {(lc, o): ops.and_(was_in[o], ops.not_(_stale(ex, lc, o, old_h)), stale_now[lc, o])
-               for lc in swa for o in range(lay.blocks)}
-    shrinking = {(lc, o): ops.and_(was_in[o], ops.not_(now_in[o])) for lc, o in every}
-    growing = {(lc, o): ops.and_(ops.not_(was_in[o]), now_in[o], ops.not_(stale_now[lc, o]))
-               for lc, o in every}
+    lcs, blocks = range(lay.lcs), range(lay.blocks)
+    leave_at = dict.fromkeys(swa, blocks)
+    shrink_at, grow_at = blocks, blocks
+    if memo is not None and old_h <= history:
+        # Plain values: only the blocks between the old and the new lengths can change
+        # sides, read off the window rule's closed form (`config.stale_range`, tested to
+        # agree with it); each is still decided by the rule below. A decode step of a long
+        # sequence then costs the blocks it moves, not the declared `max_blocks`.
+        t = lay.cfg.tokens_per_block
+        had, has = (min(lay.blocks, num_blocks_for(c, t)) for c in (old_cap, capacity))
+        shrink_at, grow_at = range(has, had), range(had, has)
+        for lc in swa:
+            life = lay.cfg.life_cycles[lc]
+            start, end = stale_range(life, history, t)
+            leave_at[lc] = range(max(start, stale_range(life, old_h, t)[1]), min(end, had))
+
+    def was_in(o: int) -> Term:
+        return _in_cap(ex, o, old_cap)
+
+    leaving = {(lc, o): ops.and_(was_in(o), ops.not_(_stale(ex, lc, o, old_h)),
+                                 _stale(ex, lc, o, history))
+               for lc in swa for o in leave_at[lc]}
+    shrinking = {(lc, o): ops.and_(was_in(o), ops.not_(_in_cap(ex, o, capacity)))
+                 for lc in lcs for o in shrink_at}
+    growing = {(lc, o): ops.and_(ops.not_(was_in(o)), _in_cap(ex, o, capacity),
+                                 ops.not_(_stale(ex, lc, o, history)))
+               for lc in lcs for o in grow_at}
 
     def maybe(cond: Blocks, keys: Iterable[tuple[int, int]]) -> Visits:
         return [k for k in keys if cond[k] is not False]
 
     answer = ((leaving, shrinking, growing), (
         maybe(leaving, leaving),
-        maybe(shrinking, [(lc, o) for lc in range(lay.lcs) for o in reversed(range(lay.blocks))]),
-        maybe(growing, [(lc, o) for o in range(lay.blocks) for lc in range(lay.lcs)])))
+        maybe(shrinking, [(lc, o) for lc in lcs for o in reversed(shrink_at)]),
+        maybe(growing, [(lc, o) for o in grow_at for lc in lcs])))
     if memo is not None:
         if len(memo) >= _RESIZE_MEMO_SIZE:
             memo.clear()
@@ -498,45 +525,48 @@ def _with_tokens(ex: Executor, seq: int, tokens: tuple[int, ...],
 
 def stop_committing(ex: Executor, seq: int) -> None:
     """Stop committing; blocks kept only for committing are released."""
-    ops, lay = ex.ops, ex.lay
+    ops = ex.ops
     _require_status(ex, seq, (SeqStatus.ACTIVE, SeqStatus.SUSPENDED), "stop_committing")
     ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.USER_STOP))
-    for lc in range(lay.lcs):
-        for o in range(lay.blocks):
-            page, locked = _entry(ex, seq, lc, o)
-            kept = ops.and_(
-                _stale(ex, lc, o, ex.s.history[seq]), ops.ne(page, NONE), ops.not_(locked),
-                ops.not_(ops.lookup(ex.s.committed, page, True)),
-            )
-            for _ in ex.when(kept):
-                ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
-                ex.do("release", page=page)
+    for lc, o in _blocks_of(ex, seq):
+        page, locked = _entry(ex, seq, lc, o)
+        kept = ops.and_(
+            _stale(ex, lc, o, ex.s.history[seq]), ops.ne(page, NONE), ops.not_(locked),
+            ops.not_(ops.lookup(ex.s.committed, page, True)),
+        )
+        for _ in ex.when(kept):
+            ex.do("release_holder", page=page, seq=seq, lc=lc, ordinal=o)
+            ex.do("release", page=page)
 
 
 def suspend(ex: Executor, seq: int) -> None:
     """Drain the pocket; every lock becomes a holder (evictable); SUSPENDED."""
     _require_status(ex, seq, (SeqStatus.ACTIVE,), "suspend")
     drain_pockets(ex, seq)
-    for lc in range(ex.lay.lcs):
-        for o in range(ex.lay.blocks):
-            page, locked = _entry(ex, seq, lc, o)
-            for _ in ex.when(locked):
-                ex.do("unlock", page=page, seq=seq, lc=lc, ordinal=o)
+    for lc, o in _blocks_of(ex, seq):
+        page, locked = _entry(ex, seq, lc, o)
+        for _ in ex.when(locked):
+            ex.do("unlock", page=page, seq=seq, lc=lc, ordinal=o)
     ex.do("set_status", seq=seq, status=int(SeqStatus.SUSPENDED))
 
 
-def _holding(ex: Executor, seq: int, blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """`blocks` (life cycle, ordinal) of `seq`, in their order; on plain values only those
-    whose entry holds a page now. A pass whose every `ex.when` needs the entry's page (and
-    gives no entry a page) skips nothing else by visiting only these, as `_resize_blocks`
-    skips the blocks whose condition is False; on terms every block is visited."""
-    if ex.ops.symbolic:
-        return blocks
+def _blocks_of(ex: Executor, seq: int, order: Callable[[tuple[int, int]], tuple[int, int]]
+               | None = None) -> list[tuple[int, int]]:
+    """The blocks (life cycle, ordinal) of `seq` a pass over them visits, life cycle by life
+    cycle (or sorted by `order`): every block on terms; on plain values only those whose
+    entry holds a page or a lock now. A pass whose every `ex.when` needs the entry's page
+    or lock, and that gives no entry a page, skips nothing else by visiting only these (as
+    `_resize_blocks` skips the blocks whose condition is False), and costs the blocks the
+    sequence holds rather than the declared `max_blocks`."""
     lay = ex.lay
-    positions = lay.entry_range(seq)
-    held = {divmod(e - positions.start, lay.blocks)
-            for e in used_in(ex.s.entry, NONE, positions)}
-    return [b for b in blocks if b in held]
+    if ex.ops.symbolic:
+        blocks = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
+    else:
+        positions = lay.entry_range(seq)
+        used = set(used_in(ex.s.entry, NONE, positions))
+        used.update(used_in(ex.s.entry_locked, False, positions))
+        blocks = [divmod(e - positions.start, lay.blocks) for e in sorted(used)]
+    return blocks if order is None else sorted(blocks, key=order)
 
 
 def resume(ex: Executor, seq: int) -> None:
@@ -544,14 +574,13 @@ def resume(ex: Executor, seq: int) -> None:
     ops, lay = ex.ops, ex.lay
     _require_status(ex, seq, (SeqStatus.SUSPENDED,), "resume")
     h = ex.s.history[seq]
-    targets = [(lc, o) for lc in range(lay.lcs) for o in range(lay.blocks)]
-    in_window = {(lc, o): ops.not_(_stale(ex, lc, o, h)) for lc, o in targets}
+    targets = _blocks_of(ex, seq)
 
     def target(lc: int, o: int) -> tuple[Term, Term]:
         page, _ = _entry(ex, seq, lc, o)
-        return page, ops.and_(ops.ne(page, NONE), in_window[lc, o])
+        return page, ops.and_(ops.ne(page, NONE), ops.not_(_stale(ex, lc, o, h)))
 
-    for lc, o in _holding(ex, seq, targets):  # pin first: making room never evicts our pages
+    for lc, o in targets:  # pin first: making room never evicts our pages
         page, is_target = target(lc, o)
         for _ in ex.when(ops.and_(is_target, ops.lookup(ex.s.queued, page, False))):
             ex.do("exclude", page=page)
@@ -560,16 +589,16 @@ def resume(ex: Executor, seq: int) -> None:
         return ops.and_(is_target, ops.lt(GPU_LEVEL, ops.lookup(ex.s.level, page, 0)))
 
     for pg in range(lay.cfg.num_pool_groups):  # one eviction round per pool group
-        need = ops.count([below(lc, o) for lc, o in _holding(ex, seq, targets)
+        need = ops.count([below(lc, o) for lc, o in targets
                           if lay.cfg.pool_group_of(lc) == pg])
         for _ in ex.when(ops.lt(0, need)):
             make_room(ex, GPU_LEVEL, pg, need)
-    for lc, o in _holding(ex, seq, targets):
+    for lc, o in targets:
         page, _ = target(lc, o)
         for _ in ex.when(below(lc, o)):
             migrate(ex, page, GPU_LEVEL, lay.cfg.pool_group_of(lc))
     ex.do("set_status", seq=seq, status=int(SeqStatus.ACTIVE))
-    for lc, o in _holding(ex, seq, targets):
+    for lc, o in targets:
         page, is_target = target(lc, o)
         for _ in ex.when(is_target):
             ex.do("lock", page=page, seq=seq, lc=lc, ordinal=o)
@@ -586,9 +615,8 @@ def close(ex: Executor, seq: int) -> None:
     for _ in ex.when(live):
         ex.do("set_commit_state", seq=seq, commit_state=int(CommitState.USER_STOP))
         drain_pockets(ex, seq)
-        for o in reversed(range(ex.lay.blocks)):
-            for lc in range(ex.lay.lcs):
-                release_block(ex, seq, lc, o)
+        for lc, o in _blocks_of(ex, seq, order=lambda b: (-b[1], b[0])):  # last block first
+            release_block(ex, seq, lc, o)
         ex.do("set_status", seq=seq, status=int(SeqStatus.CLOSED))
 
 

@@ -31,7 +31,16 @@ from .config import (
     SeqStatus,
     stale_range,
 )
-from .invariants import INVARIANTS, EntryAt, ForEachEntry, ForEachPage, Invariant, Scope, in_scope
+from .invariants import (
+    INVARIANTS,
+    EntryAt,
+    ForEachEntry,
+    ForEachPage,
+    ForEachSeq,
+    Invariant,
+    Scope,
+    in_scope,
+)
 from .logic import CONCRETE, Array, Ops
 from .sparse import PositionsByValue, SparseArray, used_in, used_items
 from .state import ENTRY_FIELDS, IDLE, PAGE_FIELDS, SEQ_FIELDS, Layout, State
@@ -378,20 +387,34 @@ def _window_moved(lay: Layout, old: State, new: State, seq: int) -> set[int] | N
         return None
     t, blocks = lay.cfg.tokens_per_block, lay.blocks
 
-    def clipped(lo: int, hi: int) -> set[int]:
-        return set(range(max(0, lo), min(blocks, hi)))
+    def clipped(lo: int, hi: int) -> range:
+        return range(max(0, lo), min(blocks, hi))
 
     w_old, w_new = -(-old.capacity[seq] // t), -(-new.capacity[seq] // t)
     cap_moved = clipped(min(w_old, w_new), max(w_old, w_new))
     out: set[int] = set()
     for lc_i, lc in enumerate(lay.cfg.life_cycles):
-        moved = cap_moved
-        if lc.window is not None:
-            moved = moved | (clipped(*stale_range(lc, old.history[seq], t))
-                             ^ clipped(*stale_range(lc, new.history[seq], t)))
+        moved = [cap_moved]
+        if lc.window is not None:  # the blocks in one stale range and not the other
+            moved += _ranges_xor(clipped(*stale_range(lc, old.history[seq], t)),
+                                 clipped(*stale_range(lc, new.history[seq], t)))
         base = (seq * lay.lcs + lc_i) * blocks
-        out.update(base + o for o in moved)
+        for r in moved:
+            out.update(range(base + r.start, base + r.stop))
     return out
+
+
+def _ranges_xor(a: range, b: range) -> list[range]:
+    """The positions in exactly one of two step-1 ranges, as ranges (what changed between
+    two stale ranges costs the blocks that moved, not the blocks in them)."""
+    if not a:
+        return [b]
+    if not b:
+        return [a]
+    lo, hi = max(a.start, b.start), min(a.stop, b.stop)
+    if lo >= hi:  # disjoint
+        return [a, b]
+    return [range(min(a.start, b.start), lo), range(hi, max(a.stop, b.stop))]
 
 
 def _window_seq_ok(lay: Layout, s: State, seq: int) -> bool:
@@ -763,8 +786,94 @@ def derived_entry_local(name: str, form: ForEachEntry) -> Local:
     return local
 
 
+# ---- checks derived from the one-sequence form ---------------------------------------------
+# An invariant written "for every sequence q: then(q)" (`invariants.ForEachSeq`) reads the
+# fields of its sequence, its pocket positions and the fields of the pages they name. A
+# sequence whose fields it reads and whose pocket are at their Init values satisfies it (as
+# Init does: its pocket names no page, so its page lookups read the defaults), so the full
+# check looks at the sequences in use only. The local check looks at the sequences whose
+# fields it reads or whose pocket positions changed, and those whose pocket names a page
+# whose fields it reads changed; another domain: the full check.
+
+
+@dataclass(frozen=True)
+class _SeqScope:
+    seq_reads: tuple[str, ...]
+    pocket: bool  # it reads the sequence's pocket positions
+    page_reads: tuple[str, ...]
+    other_reads: frozenset[str]
+
+
+_SEQ_SCOPES: dict[tuple[KVConfig, str], _SeqScope] = {}
+
+
+def _seq_scope(lay: Layout, name: str, form: ForEachSeq) -> _SeqScope:
+    known = _SEQ_SCOPES.get((lay.cfg, name))
+    if known is not None:
+        return known
+    body = ReadRecorder(lay.initial_state(sparse_above=0))
+    if lay.seqs:
+        form.at(CONCRETE, lay, body, 0)  # type: ignore[arg-type]
+    seq, page = set(SEQ_FIELDS), set(PAGE_FIELDS)
+    scope = _SeqScope(seq_reads=tuple(sorted(body.read & seq)), pocket="pocket" in body.read,
+                      page_reads=tuple(sorted(body.read & page)),
+                      other_reads=frozenset(body.read - seq - page - {"pocket"}))
+    _SEQ_SCOPES[(lay.cfg, name)] = scope
+    return scope
+
+
+def _seq_scope_of(name: str, form: ForEachSeq) -> Callable[[Layout], _SeqScope]:
+    """`_seq_scope` for one invariant, per layout."""
+    return _per_layout(lambda lay: _seq_scope(lay, name, form))
+
+
+def _pocket_seq(lay: Layout, k: int) -> int:
+    """The sequence of a flat pocket position."""
+    return k // (lay.lcs * lay.pocket_cap)
+
+
+def _seqs_hold(form: ForEachSeq, lay: Layout, s: State, seqs: Iterable[int]) -> bool:
+    then = form.then
+    return all(then(CONCRETE, lay, s, q) for q in seqs)
+
+
+def derived_seq_full(name: str, form: ForEachSeq) -> Check:
+    """The full check of a one-sequence invariant: its statement on the sequences in use."""
+    scope_of = _seq_scope_of(name, form)
+
+    def check(lay: Layout, s: State) -> bool:
+        scope = scope_of(lay)
+        seqs = set(_used(lay.seqs, *(getattr(s, f) for f in scope.seq_reads)))
+        if scope.pocket:
+            seqs.update(_pocket_seq(lay, k) for k, _ in used_items(s.pocket, NONE))
+        return _seqs_hold(form, lay, s, sorted(q for q in seqs if 0 <= q < lay.seqs))
+    return check
+
+
+def derived_seq_local(name: str, form: ForEachSeq) -> Local:
+    """The local check of a one-sequence invariant: its statement on the sequences that
+    changed, those whose pocket changed and those whose pocket names a page that changed."""
+    scope_of = _seq_scope_of(name, form)
+
+    def local(lay: Layout, s: State, d: Delta) -> bool | None:
+        scope = scope_of(lay)
+        seqs, pages = d.at(*scope.seq_reads), d.at(*scope.page_reads)
+        moved = d.at("pocket") if scope.pocket else set()
+        if seqs is None or pages is None or moved is None or d.changed & scope.other_reads:
+            return None
+        seqs = set(seqs)
+        seqs.update(_pocket_seq(lay, k) for k in moved)
+        if pages and scope.pocket:
+            seqs.update(_pocket_seq(lay, k) for k, p in used_items(s.pocket, NONE) if p in pages)
+        return _seqs_hold(form, lay, s, sorted(q for q in seqs if 0 <= q < lay.seqs))
+    return local
+
+
 for _inv in INVARIANTS:
-    if _inv.per_page is not None:
+    if _inv.per_seq is not None:
+        FAST[_inv.name] = derived_seq_full(_inv.name, _inv.per_seq)
+        LOCAL[_inv.name] = derived_seq_local(_inv.name, _inv.per_seq)
+    elif _inv.per_page is not None:
         FAST[_inv.name] = derived_full(_inv.name, _inv.per_page)
         LOCAL[_inv.name] = derived_local(_inv.name, _inv.per_page)
     elif _inv.per_entry is not None:

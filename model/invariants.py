@@ -92,6 +92,28 @@ class ForEachEntry:
             for seq in range(lay.seqs) for lc in range(lay.lcs) for o in range(lay.blocks)))
 
 
+SeqTerm = Callable[[Ops, Layout, State, Term], Term]
+
+
+@dataclass(frozen=True)
+class ForEachSeq:
+    """An invariant of the form "for every sequence q: then(q)". A statement reads the
+    fields of its sequence (at q), its pocket positions (`Layout.pocket_range(q)`) and the
+    fields of the pages those name only: the fast full and local checks are derived from
+    it on that understanding (`fastcheck.derived_seq_full`, `fastcheck.derived_seq_local`:
+    a real manager declares hundreds of sequences and runs a few), and the predicate over
+    every sequence is what the bounded Z3 engines and the executable model read."""
+
+    then: SeqTerm
+
+    def at(self, ops: Ops, lay: Layout, s: State, q: Term) -> Term:
+        """The statement for one sequence."""
+        return self.then(ops, lay, s, q)
+
+    def __call__(self, ops: Ops, lay: Layout, s: State) -> Term:
+        return ops.and_(*(self.then(ops, lay, s, q) for q in range(lay.seqs)))
+
+
 @dataclass(frozen=True)
 class Invariant:
     name: str
@@ -109,6 +131,11 @@ class Invariant:
     def per_entry(self) -> ForEachEntry | None:
         """The one-entry form the executable checks derive from, when written in that form."""
         return self.predicate if isinstance(self.predicate, ForEachEntry) else None
+
+    @property
+    def per_seq(self) -> ForEachSeq | None:
+        """The one-sequence form the executable checks derive from, when written in that form."""
+        return self.predicate if isinstance(self.predicate, ForEachSeq) else None
 
 
 def _pages(lay: Layout) -> range:
@@ -217,20 +244,24 @@ def committed_never_parked(ops: Ops, lay: Layout, s: State) -> Term:
         ops.ne(x, NONE), ops.not_(ops.lookup(s.committed, x, True))))
 
 
-def pocket_packed_and_bounded(ops: Ops, lay: Layout, s: State) -> Term:
+def _pocket_packed(ops: Ops, lay: Layout, s: State, seq: Term) -> Term:
     conds = []
-    for seq, lc, k in _pocket_positions(lay):
-        cur = s.pocket[lay.pocket_ix(ops, seq, lc, k)]
-        if not lay.cfg.life_cycles[lc].is_swa or not lay.cfg.pocket.enabled:
-            conds.append(ops.eq(cur, NONE))
-        if k + 1 < lay.pocket_cap:
-            nxt = s.pocket[lay.pocket_ix(ops, seq, lc, k + 1)]
-            conds.append(ops.implies(ops.eq(cur, NONE), ops.eq(nxt, NONE)))
-        for j in range(k):
-            conds.append(ops.implies(
-                ops.ne(cur, NONE), ops.ne(cur, s.pocket[lay.pocket_ix(ops, seq, lc, j)])
-            ))
+    for lc in range(lay.lcs):
+        for k in range(lay.pocket_cap):
+            cur = s.pocket[lay.pocket_ix(ops, seq, lc, k)]
+            if not lay.cfg.life_cycles[lc].is_swa or not lay.cfg.pocket.enabled:
+                conds.append(ops.eq(cur, NONE))
+            if k + 1 < lay.pocket_cap:
+                nxt = s.pocket[lay.pocket_ix(ops, seq, lc, k + 1)]
+                conds.append(ops.implies(ops.eq(cur, NONE), ops.eq(nxt, NONE)))
+            for j in range(k):
+                conds.append(ops.implies(
+                    ops.ne(cur, NONE), ops.ne(cur, s.pocket[lay.pocket_ix(ops, seq, lc, j)])
+                ))
     return ops.and_(*conds)
+
+
+pocket_packed_and_bounded = ForEachSeq(then=_pocket_packed)
 
 
 def no_page_in_two_pockets(ops: Ops, lay: Layout, s: State) -> Term:
@@ -241,14 +272,13 @@ def no_page_in_two_pockets(ops: Ops, lay: Layout, s: State) -> Term:
     ))
 
 
-def inactive_pockets_empty(ops: Ops, lay: Layout, s: State) -> Term:
-    conds = []
-    for seq, lc, k in _pocket_positions(lay):
-        page = s.pocket[lay.pocket_ix(ops, seq, lc, k)]
-        conds.append(ops.implies(
-            ops.ne(s.seq_status[seq], int(SeqStatus.ACTIVE)), ops.eq(page, NONE)
-        ))
-    return ops.and_(*conds)
+def _pockets_empty_unless_active(ops: Ops, lay: Layout, s: State, seq: Term) -> Term:
+    inactive = ops.ne(s.seq_status[seq], int(SeqStatus.ACTIVE))
+    return ops.and_(*(ops.implies(inactive, ops.eq(s.pocket[lay.pocket_ix(ops, seq, lc, k)], NONE))
+                      for lc in range(lay.lcs) for k in range(lay.pocket_cap)))
+
+
+inactive_pockets_empty = ForEachSeq(then=_pockets_empty_unless_active)
 
 
 def pinned_pockets_stay(ops: Ops, lay: Layout, s: State) -> Term:
@@ -268,14 +298,9 @@ def no_unsynced_reuse(ops: Ops, lay: Layout, s: State) -> Term:
     return ops.not_(s.unsynced_reuse)
 
 
-def lengths_ordered(ops: Ops, lay: Layout, s: State) -> Term:
-    return ops.and_(*(
-        ops.and_(
-            ops.le(0, s.committed_tokens[q]), ops.le(s.committed_tokens[q], s.history[q]),
-            ops.le(s.history[q], s.capacity[q]), ops.le(s.capacity[q], lay.cfg.max_capacity),
-        )
-        for q in range(lay.seqs)
-    ))
+lengths_ordered = ForEachSeq(then=lambda ops, lay, s, q: ops.and_(
+    ops.le(0, s.committed_tokens[q]), ops.le(s.committed_tokens[q], s.history[q]),
+    ops.le(s.history[q], s.capacity[q]), ops.le(s.capacity[q], lay.cfg.max_capacity)))
 
 
 inactive_sequences_unlocked = ForEachEntry(

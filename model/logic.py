@@ -121,13 +121,24 @@ class ConcreteOps:
         return sum(1 for c in conds if c)
 
     def all_over(self, arr: Array, body: Callable[[Term], Term]) -> Term:
+        if type(arr) is SparseArray:  # `body` reads the element: the default is read once
+            return all(body(v) for _, v in arr.items()) and (
+                not _holds_default(arr) or bool(body(arr.default)))
         return self.and_(*(body(x) for x in arr))
 
     def any_over(self, arr: Array, body: Callable[[Term], Term]) -> Term:
+        if type(arr) is SparseArray:
+            return any(body(v) for _, v in arr.items()) or (
+                _holds_default(arr) and bool(body(arr.default)))
         return self.or_(*(body(x) for x in arr))
 
 
 CONCRETE = ConcreteOps()
+
+
+def _holds_default(arr: SparseArray) -> bool:
+    """Some position of `arr` holds its default value."""
+    return arr.count_used_in(range(len(arr))) < len(arr)
 
 
 # ---- whole-array operations ------------------------------------------------------------------

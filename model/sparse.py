@@ -118,8 +118,12 @@ class SparseArray(Sequence[Any]):
 
     def used_in(self, positions: range) -> list[int]:
         """The positions of `positions` whose value is not the default, in its order (a
-        short range read without a call per position)."""
+        short range read without a call per position; a range longer than what is stored
+        found among the stored positions)."""
         overlay, base, default = self._overlay, self._base, self.default
+        if positions.step == 1 and len(positions) > len(base) + len(overlay):
+            lo, hi = positions.start, positions.stop
+            return sorted(i for i, _ in self.items() if lo <= i < hi)
         out = []
         for i in positions:
             v = overlay.get(i, _MISSING)

@@ -260,3 +260,10 @@ def test_trace_check_at_real_geometry(smoke: dict[str, Any]) -> None:
     assert run_["ok"] and run_["slots_per_level"] == 100_000
     assert run_["events"] == run_["events_recorded"] >= 300
     assert run_["peak_rss_mb"] > 0
+    # the reading floor reads the same events; the model ran page actions for them
+    assert run_["reader_events"] == run_["events"]
+    assert run_["page_actions"] >= run_["events"] // 2
+    # the same log under a real manager's declared sequences and blocks is valid too
+    declared = run_["declared"]
+    assert declared["ok"] and declared["events"] == run_["events"]
+    assert declared["num_sequences"] == 1024 and declared["max_blocks"] == 8192

@@ -143,15 +143,57 @@ def test_entry_and_status_corruptions_are_caught_by_the_local_checks() -> None:
     s, lay = m.state, m.layout
     parked = [p for p in s.pocket if p != NONE]
     assert parked and violated(CONCRETE, lay, s) == []
+    at = next(k for k, p in enumerate(s.pocket) if p != NONE)
+    assert (at + 1) % lay.pocket_cap and s.pocket[at + 1] == NONE  # room behind it
+    suspended = evolve(s, seq_status=_store(s.seq_status, 0, int(SeqStatus.SUSPENDED)))
     wrong = {"gone_sequences_hold_nothing": evolve(
                  s, seq_status=_store(s.seq_status, 0, int(SeqStatus.CLOSED))),
-             "inactive_sequences_unlocked": evolve(
-                 s, seq_status=_store(s.seq_status, 0, int(SeqStatus.SUSPENDED))),
+             "inactive_sequences_unlocked": suspended,
              "pocket_entries_orphaned": evolve(
-                 s, entry=_store(s.entry, lay.entry_ix(CONCRETE, 1, 0, 3), parked[0]))}
+                 s, entry=_store(s.entry, lay.entry_ix(CONCRETE, 1, 0, 3), parked[0])),
+             # the one-sequence invariants (`invariants.ForEachSeq`)
+             "inactive_pockets_empty": suspended,
+             "lengths_ordered": evolve(
+                 s, committed_tokens=_store(s.committed_tokens, 0, s.history[0] + 1)),
+             "pocket_packed_and_bounded": evolve(s, pocket=_store(s.pocket, at + 1, s.pocket[at]))}
     for name, bad in wrong.items():
         checker = IncrementalChecker(lay)
         assert checker.violated(s) == []
         found = checker.violated(bad)
         assert found == violated(CONCRETE, lay, bad)
         assert name in {i.name for i in found}
+
+
+def test_many_declared_sequences_need_no_sequence_wide_check() -> None:
+    # A real manager declares hundreds of sequences and runs a few: after the first check,
+    # the one-sequence invariants are re-checked on the sequences an event touched only
+    # (their full check, over every sequence in use, never runs again).
+    from kvpocket.model.invariants import INVARIANTS_BY_NAME
+
+    cfg = replace(PRESETS["tiny"].config.with_pocket(True, "revalidate"), num_sequences=300,
+                  max_pages=0)
+    m = Model(cfg)  # 300 sequences: the sequence arrays are sparse
+    assert isinstance(m.state.capacity, SparseArray)
+    checker = IncrementalChecker(m.layout)
+    assert checker.violated(m.state) == []
+    per_seq = [n for n, inv in INVARIANTS_BY_NAME.items() if inv.per_seq is not None]
+    assert {"lengths_ordered", "inactive_pockets_empty", "pocket_packed_and_bounded"} <= set(per_seq)
+
+    def whole(s: State) -> bool:
+        raise AssertionError("a sequence-wide check ran")
+
+    for name in per_seq:
+        checker._checks[name] = whole
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("create", {"seq": 5, "prompt": [1, 2]}), ("resume", {"seq": 5}),
+        ("stop_committing", {"seq": 5}), ("resize", {"seq": 5, "capacity": 4, "history": 3}),
+        ("resize", {"seq": 5, "capacity": 6, "history": 5}),  # a block leaves: parked
+        ("create", {"seq": 299, "prompt": []}), ("resume", {"seq": 299}),
+        ("resize", {"seq": 299, "capacity": 2, "history": 1}), ("suspend", {"seq": 5}),
+        ("resume", {"seq": 5}), ("close", {"seq": 299}), ("close", {"seq": 5})]
+    parked = False
+    for name, params in calls:
+        m.run(name, params)
+        parked = parked or any(p != NONE for p in m.state.pocket)
+        assert checker.violated(m.state) == violated(CONCRETE, m.layout, m.state) == []
+    assert parked and checker.local > 0

@@ -45,6 +45,11 @@ def test_reads_like_the_tuple_it_stands_for(writes: list[tuple[int, int]], seg: 
         assert count_equal(CONCRETE, a, range(5, 50), 2) == t[5:50].count(2)
         assert any_equal(CONCRETE, a, 3) == (3 in t)
         assert tuple(replace_equal(CONCRETE, a, 2, -1)) == tuple(-1 if v == 2 else v for v in t)
+        # a range longer than what is stored is read among the stored positions
+        for r in (range(0, 300), range(seg // 2, seg), range(7, 9)):
+            assert a.used_in(r) == [i for i in r if t[i] != -1]
+        assert CONCRETE.all_over(a, lambda x: x < 3) == all(x < 3 for x in t)
+        assert CONCRETE.any_over(a, lambda x: x == -1) == (-1 in t)
     rebuilt = SparseArray(300, -1, {i: v for i, v in enumerate(ref)})
     assert rebuilt == arr and hash(rebuilt) == hash(arr)  # equal whatever the history
 
@@ -169,3 +174,48 @@ def test_a_looked_up_label_finds_what_the_search_finds(want: int, named: int | N
 
     if named == want and want in legal:  # a right answer is checked, not searched for
         assert found(LookupLabel(counted, lookup)) == want and scanned == [want]
+
+
+def test_the_programs_cost_what_a_sequence_uses_not_what_is_declared() -> None:
+    # The same run on a configuration declaring 4 sequences of 16 blocks and on one
+    # declaring 512 sequences of 4,096 blocks (a real manager's geometry): the API programs
+    # read the same block entries and window decisions, as many times (they visit the
+    # blocks a sequence holds or a resize moves, not every declared block or sequence).
+    from kvpocket.model import api
+
+    counted = ("_entry", "_stale", "_in_cap")
+
+    def reads(num_sequences: int, max_blocks: int) -> dict[str, int]:
+        cfg = replace(preset("two-level"), slots_per_level=(64, 64), num_sequences=num_sequences,
+                      max_blocks=max_blocks, max_pages=0)
+        m = Model(cfg)
+        calls = dict.fromkeys(counted, 0)
+        originals = {name: getattr(api, name) for name in counted}
+
+        def counting(name: str) -> Callable[..., object]:
+            def call(*args: object) -> object:
+                calls[name] += 1
+                return originals[name](*args)
+            return call
+
+        try:
+            for name in counted:
+                setattr(api, name, counting(name))
+            m.create(3, [1, 0, 1])
+            assert m.resume(3)
+            for h in range(3, 24):
+                assert m.resize(3, h + 1, h)
+            m.commit(3, [1, 1])
+            m.suspend(3)
+            assert m.resume(3)
+            m.stop_committing(3)
+            assert m.resize(3, 30, 29)
+            m.close(3)
+        finally:
+            for name, fn in originals.items():
+                setattr(api, name, fn)
+        assert m.violations() == []
+        return calls
+
+    small, large = reads(4, 16), reads(512, 4096)
+    assert small == large and all(small.values())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kvpocket.model.api import WINDOW_START
 from kvpocket.model.config import (
     KVConfig,
@@ -63,3 +66,37 @@ def test_a_window_override_moves_the_programs_rule_only() -> None:
     with overriding({WINDOW_START: ("add", -1)}):
         assert not stale(CONCRETE, cfg, 0, 0, 5, start_label=WINDOW_START)
         assert stale(CONCRETE, cfg, 0, 0, 5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(window=st.integers(1, 9), sink=st.integers(0, 5), t=st.integers(1, 4),
+       lengths=st.lists(st.integers(0, 40), min_size=4, max_size=4))
+def test_resize_visits_only_the_blocks_that_move(window: int, sink: int, t: int,
+                                                 lengths: list[int]) -> None:
+    # On plain values `api._resize_blocks` looks only at the blocks between the old and
+    # the new lengths (read off the closed form `stale_range`); the blocks it visits, and
+    # their conditions, are those of the whole pass over every block (what it computes
+    # under an override, which the narrowing must not use).
+    from dataclasses import replace
+
+    from kvpocket.model.api import _resize_blocks
+    from kvpocket.model.executor import ConcreteExecutor, LowestChooser
+    from kvpocket.model.state import Layout
+    from kvpocket.verify.presets import PRESETS
+
+    base = PRESETS["two-level"].config
+    cfg = replace(base, tokens_per_block=t, max_blocks=12, life_cycles=(
+        LifeCycle("swa", window=window, sink_tokens=sink), full_life_cycle()))
+    old_h, h, old_cap, cap = sorted(lengths)  # old_h <= h, each history within its capacity
+    old_cap, cap = min(old_cap, cfg.max_capacity), min(cap, cfg.max_capacity)
+    old_h, h = min(old_h, old_cap), min(h, cap)
+    if old_h > h:
+        return
+    lay = Layout(cfg)
+    ex = ConcreteExecutor(lay, lay.initial_state(), LowestChooser())
+    narrow = _resize_blocks(ex, old_cap, cap, old_h, h)
+    with overriding({WINDOW_START: ("add", 0)}):  # the same rule, every block looked at
+        whole = _resize_blocks(ex, old_cap, cap, old_h, h)
+    assert narrow[1] == whole[1]
+    for conds, visits, every in zip(narrow[0], narrow[1], whole[0], strict=True):
+        assert {k: conds[k] for k in visits} == {k: every[k] for k in visits}

@@ -88,6 +88,15 @@ def print_result(res: BenchResult) -> None:
                   f"{th['slots_per_level']:,} slots per level: {th['events_per_second']:,.0f} "
                   f"events/s (target 50,000), peak memory {th['peak_rss_mb']:,.0f} MB "
                   f"(target 1,000 MB), {'valid' if th['ok'] else 'REJECTED: ' + th['kind']}")
+        per_event = th["page_actions"] / th["events"] if th["events"] else 0.0
+        con.print(f"verifier: the floor under it, events per CPU second: checking "
+                  f"{th['events_per_cpu_second']:,.0f} ({per_event:.1f} page actions of the "
+                  f"model per event); reading only {th['reader_events_per_cpu_second']:,.0f}; "
+                  f"json.loads only {th['json_events_per_cpu_second']:,.0f}")
+        dec = th["declared"]
+        con.print(f"verifier: the same log declaring {dec['num_sequences']:,} sequences of "
+                  f"{dec['max_blocks']:,} blocks: {dec['events_per_cpu_second']:,.0f} events per "
+                  f"CPU second, {'valid' if dec['ok'] else 'REJECTED: ' + dec['kind']}")
     cr = res.long_run.get("create")
     if cr:
         tb = Table(title="long run: create cost vs sequences closed (preset tiny)")

@@ -93,6 +93,8 @@ def invariant_engines() -> str:
             fast = "derived from the one-page form"
         elif inv.per_entry is not None:
             fast = "derived from the one-entry form"
+        elif inv.per_seq is not None:
+            fast = "derived from the one-sequence form"
         elif inv.name in HAND_WRITTEN:
             fast = f"hand-written: {HAND_WRITTEN[inv.name]}"
         else:

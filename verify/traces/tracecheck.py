@@ -71,6 +71,7 @@ class TraceVerdict:
     without_choices: int = 0  # events that recorded no choices (the model tried them all)
     ambiguous: int = 0  # of those, events after which more than one model state fitted
     order: str = "any"  # the policy profile checked (`KVConfig.order`)
+    page_actions: int = 0  # the model's page actions in the runs that fitted (its work)
 
     def summary(self) -> str:
         """What a valid verdict rests on, in numbers (a zero says what was not checked)."""
@@ -145,6 +146,7 @@ class _Fit:
     touched: Touched
     value: object
     counts: dict[str, int]
+    steps: int  # page actions the model ran
 
 
 class _Trying:
@@ -221,6 +223,7 @@ class EventChecker:
         self.compared: dict[str, int] = dict.fromkeys(COUNTED, 0)
         self.without_choices = 0
         self.ambiguous = 0
+        self.page_actions = 0
 
     # ---- sequences -------------------------------------------------------------------
     def _new_slot(self, ev: Event) -> int:
@@ -373,6 +376,7 @@ class EventChecker:
             self.compared[k] += n
         self.without_choices += open_choices
         self.ambiguous += len(kept) > 1
+        self.page_actions += best.steps
         self._note(ev, best.touched if best.value is not False else [], best.value)
 
     def _recorded(self, ev: Event) -> RecordedChooser:
@@ -443,7 +447,7 @@ class EventChecker:
                 *(f"{i.name}: {i.statement}" for i in bad),
                 "the model's page actions in this event:", *(f"  {d}" for d, _ in touched)],
                 focus)
-        return _Fit(post, touched, value, counts)
+        return _Fit(post, touched, value, counts, len(m.last_steps))
 
     def _free_before(self, params: dict[str, Any], pre: State) -> int:
         lay = self.model.layout
@@ -611,7 +615,8 @@ class EventChecker:
     def verdict(self, ok: bool, events: int, line: int | None = None, kind: str = "",
                 report: str = "") -> TraceVerdict:
         return TraceVerdict(ok, events, line, kind, report, dict(self.compared),
-                            self.without_choices, self.ambiguous, self.cfg.order.value)
+                            self.without_choices, self.ambiguous, self.cfg.order.value,
+                            self.page_actions)
 
     def history(self, focus: set[Where], limit: int = HISTORY) -> list[str]:
         """The earlier events that touched a location in `focus` (the last `limit`)."""
