@@ -105,6 +105,8 @@ def invariant_engines() -> str:
             proof = f"restated: {RESTATED[inv.name]}"
         elif inv.per_page is not None:
             proof = "derived: the one-page form over the page sort"
+        elif inv.per_seq is not None:
+            proof = "derived: the one-sequence form over the sequence sort"
         else:
             proof = "derived: the definition as it is"
         lines.append(f"| `{inv.name}` | {fast} | {proof} |")

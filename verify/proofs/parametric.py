@@ -335,23 +335,6 @@ def inv_pocket_orphaned(v: View) -> Any:
     return z3.And(*conds)
 
 
-def inv_pocket_packed(v: View) -> Any:
-    uni = v.uni
-    cfg = uni.cfg
-    s = _vars(uni)[3]
-    nil = uni.nil["page"]
-    conds = []
-    for lc in range(uni.lcs):
-        for k in range(uni.cap):
-            cur = v.pocket(s, lc, k)
-            if not cfg.life_cycles[lc].is_swa or not cfg.pocket.enabled:
-                conds.append(cur == nil)
-            if k + 1 < uni.cap:
-                conds.append(z3.Implies(cur == nil, v.pocket(s, lc, k + 1) == nil))
-            conds += [z3.Implies(cur != nil, cur != v.pocket(s, lc, j)) for j in range(k)]
-    return z3.ForAll([s], z3.And(*conds))
-
-
 def inv_two_pockets(v: View) -> Any:
     uni = v.uni
     s = _vars(uni)[3]
@@ -365,17 +348,11 @@ def inv_two_pockets(v: View) -> Any:
     return z3.ForAll([s, t], z3.And(*conds))
 
 
-def inv_inactive_pockets(v: View) -> Any:
-    uni = v.uni
-    s = _vars(uni)[3]
-    return z3.ForAll([s], z3.Implies(v.seq_status(s) != int(SeqStatus.ACTIVE), z3.And(
-        *[v.pocket(*ix) == uni.nil["page"] for ix in pocket_keys(uni, s)])))
-
-
 # ---- derived from the model's definitions -----------------------------------------------
 # The model's one-page statements (`invariants.ForEachPage`) are quantified over the page
-# sort; the definitions that read only the ghost flags are read as they are. The rest are
-# restated above, each for a reason in `RESTATED`.
+# sort, its one-sequence statements (`invariants.ForEachSeq`) over the sequence sort; the
+# definitions that read only the ghost flags are read as they are. The rest are restated
+# above, each for a reason in `RESTATED`.
 
 
 def for_every_page(name: str) -> Callable[[View], Any]:
@@ -388,6 +365,19 @@ def for_every_page(name: str) -> Callable[[View], Any]:
         p = _vars(v.uni)[0]
         ops, lay = _ops(v)
         return z3.ForAll([p], _as_z3(form.at(ops, lay, v.s, p)))
+    return build
+
+
+def for_every_seq(name: str) -> Callable[[View], Any]:
+    """The model's statement of one sequence, for every element of the sequence sort."""
+    form = INVARIANTS_BY_NAME[name].per_seq
+    if form is None:
+        raise ValueError(f"{name} is not written for one sequence (invariants.ForEachSeq)")
+
+    def build(v: View) -> Any:
+        q = _vars(v.uni)[3]
+        ops, lay = _ops(v)
+        return z3.ForAll([q], _as_z3(form.at(ops, lay, v.s, q)))
     return build
 
 
@@ -416,8 +406,9 @@ PARAMETRIC_INVARIANTS: tuple[PInvariant, ...] = (
     PInvariant("no_unsynced_reuse", as_defined("no_unsynced_reuse"), safety=True),
     PInvariant("pocket_entries_orphaned", inv_pocket_orphaned, safety=True),
     PInvariant("committed_never_parked", as_defined("committed_never_parked"), safety=True),
-    PInvariant("pocket_packed_and_bounded", inv_pocket_packed, safety=True),
-    PInvariant("inactive_pockets_empty", inv_inactive_pockets, safety=True),
+    PInvariant("pocket_packed_and_bounded", for_every_seq("pocket_packed_and_bounded"),
+               safety=True),
+    PInvariant("inactive_pockets_empty", for_every_seq("inactive_pockets_empty"), safety=True),
     PInvariant("slot_owned_once", inv_slot_owned_once, safety=True),
     PInvariant("pinned_pockets_stay", as_defined("pinned_pockets_stay"), safety=True),
     PInvariant("locked_at_gpu", for_every_page("locked_at_gpu")),
@@ -442,9 +433,6 @@ RESTATED: dict[str, str] = {
     "pocket_entries_orphaned": "loops over every pocket position and asks that no block "
                                "entry names the page: a quantifier over sequences and "
                                "ordinals here",
-    "pocket_packed_and_bounded": "loops over the sequences with range(): a quantifier over "
-                                 "the sequence sort here",
-    "inactive_pockets_empty": "loops over the sequences with range()",
     "no_page_in_two_pockets": "compares every pair of flat pocket positions: two sequence "
                               "variables here",
     "refcounts_match": "a count of references is a cardinality, outside first-order logic: "

@@ -227,10 +227,10 @@ class EventChecker:
 
     # ---- sequences -------------------------------------------------------------------
     def _new_slot(self, ev: Event) -> int:
-        s = self.model.state
+        s, taken = self.model.state, self._taken()
         for want in (SeqStatus.FREE, SeqStatus.CLOSED):
             for q in range(self.cfg.num_sequences):
-                if s.seq_status[q] == want and q not in self._taken():
+                if s.seq_status[q] == want and q not in taken:
                     return q
         raise ConfigTooSmall(
             f"line {ev.line}: {ev.describe()} opens more sequences at once than the "
