@@ -44,7 +44,7 @@ from .pages import (
     still_valid,
     victim_cond,
 )
-from .sparse import used_in
+from .sparse import SparseArray, used_in
 from .state import State, dead_page_ids, evolve, page_ids, stale, status
 
 # ---- small derived terms -------------------------------------------------------------------
@@ -139,14 +139,19 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
         return free
     below = can_make_room(ex, level + 1, pg)
     head = _victims_at(ex, level, pg)
-    leaves = ops.or_(*(
-        ops.and_(head(p), ops.or_(
+
+    def leaves(p: Term) -> Term:
+        return ops.and_(head(p), ops.or_(
             ops.const(level == lay.cfg.last_level),
             ops.eq(status(ops, ex.s, p), int(PageStatus.DROPPABLE)),
             drops_parked(ops, lay, ex.s, p), below))
-        for p in page_ids(ops, lay, ex.s, ex.s.queued)
-    ))
-    return ops.or_(free, leaves)
+
+    if not ops.symbolic:  # plain values: some queued page, in any order, up to the first
+        queued = ex.s.queued
+        pages = queued.truthy() if isinstance(queued, SparseArray) else \
+            page_ids(ops, lay, ex.s, queued)
+        return any(leaves(p) for p in pages)
+    return ops.or_(free, *(leaves(p) for p in page_ids(ops, lay, ex.s, ex.s.queued)))
 
 
 def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:

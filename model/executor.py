@@ -51,14 +51,23 @@ class Candidates(Sequence[int]):
 
     def __init__(self, domain: range, legal: Callable[[int], Term],
                  label: Callable[[int], object] | None = None,
-                 among: Iterable[int] | None = None) -> None:
-        self._source: Iterator[int] = (x for x in (domain if among is None else among)
-                                       if x in domain and legal(x))
+                 among: Iterable[int] | Callable[[], Iterable[int]] | None = None) -> None:
+        """`among`: the superset, or a function that lists it (called at the first scan: a
+        label looked up needs no list of every queued page)."""
+        self._source: Iterator[int] = self._scan(domain, legal, among)
         self._found: list[int] = []
         self._done = False
         self._legal = legal
         self._domain = domain
         self._label = label
+
+    @staticmethod
+    def _scan(domain: range, legal: Callable[[int], Term],
+              among: Iterable[int] | Callable[[], Iterable[int]] | None) -> Iterator[int]:
+        listed = domain if among is None else among() if callable(among) else among
+        for x in listed:
+            if x in domain and legal(x):
+                yield x
 
     def _upto(self, n: int) -> bool:
         """Find candidates until there are more than n; False when there are not."""
@@ -101,15 +110,28 @@ class Candidates(Sequence[int]):
         if not by_label or self._label is None:
             ok = isinstance(want, int) and want in self._domain and bool(self._legal(want))
             return want if ok else None  # type: ignore[return-value]
+        named = self.looked_up(want)
+        if named is not None:
+            return named  # labels name one candidate each: the search would find it
         label = self._label
-        if isinstance(label, LookupLabel):  # look the label up first
-            named = label.named(want)
-            if named is not None and named in self._domain and self._legal(named) \
-                    and _norm(label(named)) == want:
-                return named  # labels name one candidate each: the search would find it
         for c in self:
             if _norm(label(c)) == want:
                 return c
+        return None
+
+    def looked_up(self, want: object) -> int | None:
+        """The legal candidate label `want` names, found without a scan: an id, or what a
+        `LookupLabel` names (None when the label function cannot look labels up, or the
+        label names no legal candidate)."""
+        label = self._label
+        if label is None:  # a candidate's label is its id
+            ok = type(want) is int and want in self._domain and bool(self._legal(want))
+            return want if ok else None  # type: ignore[return-value]
+        if isinstance(label, LookupLabel):
+            named = label.named(want)
+            if named is not None and named in self._domain and self._legal(named) \
+                    and _norm(label(named)) == want:
+                return named
         return None
 
     def labels(self) -> Sequence[object]:
@@ -264,8 +286,8 @@ class ConcreteExecutor:
         """`among`, when given, lists (ascending) a superset of the legal candidates: the
         model's own indexes (the live pages), so that a choice costs what is in use, not
         what is declared. It changes no outcome: `legal` still decides."""
-        found = Candidates(domain, legal, label, None if among is None else among())
-        if found.empty():
+        found = Candidates(domain, legal, label, among)
+        if not self._recorded_is_legal(kind, found) and found.empty():
             return -1
         candidates: Sequence[int] = found
         labels: Sequence[object] = _LazyLabels(found, label)
@@ -277,6 +299,18 @@ class ConcreteExecutor:
         pick = self.chooser.choose(kind, candidates, labels)
         self.choices.append((kind, pick))
         return pick
+
+    def _recorded_is_legal(self, kind: str, found: Candidates) -> bool:
+        """The next recorded label of this kind names a legal candidate, looked up (so there
+        is one, and the candidates need no scan: a recorded slot of a full pool of 10^5, or
+        a recorded victim among 10^5 cached pages, costs a lookup, not a scan of them)."""
+        ch = self.chooser
+        if not isinstance(ch, RecordedChooser) or ch.by != "label" or not ch.script \
+                or kind not in CHOICE_KINDS:
+            return False
+        queue = ch.script.get(kind)
+        return queue is not None and len(queue) > 0 \
+            and found.looked_up(_norm(queue[0])) is not None
 
     def fail(self, reason: str, consumed: str | None = None) -> NoReturn:
         raise OutOfPages(reason, consumed)

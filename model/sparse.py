@@ -13,8 +13,9 @@ rollback and the incremental invariant check rely on. Each array is a shared, ne
 mutated `base` dict plus a small `overlay` dict of later writes; `set` copies the
 overlay, and folds it into a new base once it grows past a bound that scales with the
 square root of the base, up to 128 (a read is O(1), a store amortised O(sqrt(used))).
-An array remembers the one it was written from, back to the last fold, so
-`changed_since` can name the positions written since an earlier version.
+An array remembers the one it was written from, back to the last fold, and the positions
+each of its last `_MAX_FOLDS` folds merged, so `changed_since` can name the positions
+written since an earlier version (an event that stores hundreds of times folds often).
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ from typing import Any, overload
 _MISSING: Any = object()
 _MIN_OVERLAY = 32
 _MAX_OVERLAY = 128  # bounds the versions kept since the last fold (`changed_since`)
+_MAX_FOLDS = 16  # folds remembered (`changed_since` across them); bounds what they keep
 
 
 class SparseArray(Sequence[Any]):
     """An immutable array of `length` values, `default` except at the stored positions."""
 
-    __slots__ = ("_base", "_counts", "_hash", "_key", "_merged", "_overlay", "_parent",
-                 "_prev_base", "_unused_from", "default", "length", "segments")
+    __slots__ = ("_base", "_counts", "_folds", "_hash", "_key", "_overlay", "_parent",
+                 "_unused_from", "default", "length", "segments")
 
     def __init__(self, length: int, default: Any, values: dict[int, Any] | None = None,
                  segments: tuple[int, ...] = (0,)) -> None:
@@ -51,9 +53,8 @@ class SparseArray(Sequence[Any]):
         for i in self._base:
             counts[bisect_right(segments, i) - 1] += 1
         self._counts = tuple(counts)
-        # the base before the last fold, and the positions that fold wrote (`changed_since`)
-        self._prev_base: dict[int, Any] | None = None
-        self._merged: frozenset[int] = frozenset()
+        # (the base before a fold, the positions that fold wrote), the last fold first
+        self._folds: tuple[tuple[dict[int, Any], frozenset[int]], ...] = ()
         # the array this one was written from (position `_key`), back to the last fold
         self._parent: SparseArray | None = None
         self._key = -1
@@ -194,11 +195,11 @@ class SparseArray(Sequence[Any]):
             else:
                 k = bisect_right(self.segments, i) - 1
                 counts = (*counts[:k], counts[k] + (1 if now_used else -1), *counts[k + 1:])
-        base, prev_base, merged = self._base, self._prev_base, self._merged
+        base, folds = self._base, self._folds
         parent: SparseArray | None = self
         size = len(overlay)
         if size > _MIN_OVERLAY and size > min(_MAX_OVERLAY, _MIN_OVERLAY + int(len(base) ** 0.5)):
-            prev_base, merged, parent = base, frozenset(overlay), None
+            folds, parent = ((base, frozenset(overlay)), *folds[:_MAX_FOLDS - 1]), None
             base = base.copy()
             for k, v in overlay.items():
                 if v == self.default:
@@ -210,15 +211,15 @@ class SparseArray(Sequence[Any]):
         new = object.__new__(SparseArray)
         new.length, new.default, new.segments, new._base, new._overlay, new._hash = (
             self.length, self.default, self.segments, base, overlay, None)
-        new._prev_base, new._merged, new._parent, new._key = prev_base, merged, parent, i
+        new._folds, new._parent, new._key = folds, parent, i
         new._counts = counts
         new._unused_from = self._unused_from if now_used or i > self._unused_from else i
         return new
 
     def changed_since(self, older: SparseArray) -> builtins.set[int] | None:
         """A superset of the positions where this array differs from `older`, when both
-        grew from one base (or `older` from the base this one's last fold started from);
-        None when that is not known cheaply."""
+        grew from one base (or `older` from the base one of this one's last `_MAX_FOLDS`
+        folds started from); None when that is not known cheaply."""
         if older is self:
             return set()
         if older.length != self.length:
@@ -230,12 +231,14 @@ class SparseArray(Sequence[Any]):
             node = node._parent
             if node is older:
                 return written
-        if older._base is self._base:
-            written = set(chain(older._overlay, self._overlay))
-        elif older._base is self._prev_base:
-            written = set(chain(older._overlay, self._merged, self._overlay))
-        else:
-            return None
+        written = set(chain(older._overlay, self._overlay))
+        if older._base is not self._base:
+            for before, merged in self._folds:  # back through the folds to older's base
+                written.update(merged)
+                if before is older._base:
+                    break
+            else:
+                return None
         # past a fold the written positions are those of whole overlays: keep the ones whose
         # value differs (fewer positions for the checks that look at each)
         return {i for i in written if self._value(i) != older._value(i)}
