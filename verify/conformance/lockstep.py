@@ -44,6 +44,11 @@ from kvpocket.verify.conformance.adapter import (
     model_params,
     outcome_of,
 )
+from kvpocket.verify.conformance.views import (
+    counter_differences,
+    occupied_slots,
+    view_differences,
+)
 from kvpocket.verify.traces.alphabet import check_params
 from kvpocket.verify.traces.trace import Event, EventStream, TraceError
 from kvpocket.verify.traces.tracecheck import EventChecker
@@ -173,6 +178,8 @@ class Lockstep:
         check_params(action, params)
         n = len(self.records)
         where = page_locations(self.impl)
+        counters_before = self.impl.counters_of().as_dict()
+        occupied_before = occupied_slots(self.impl)
         self.impl.transactions.reset_choices()  # a call rejected before it starts records nothing
         try:
             impl_out = impl_outcome(lambda: call_impl(self, action, params))
@@ -203,6 +210,12 @@ class Lockstep:
             if model_out.kind == "ok" and self.oracle is not None:
                 self._after_success(action, params)
             self.check(n, action, params, pre_model)
+            bad_counters = counter_differences(
+                counters_before, self.impl.counters_of().as_dict(), self.impl.last_choices(),
+                occupied_before, occupied_slots(self.impl))
+            if bad_counters:
+                raise Divergence(n, "the implementation's counters differ", [
+                    f"after {action}({_fmt(params)})", *bad_counters, *self._choices_lines()])
         except Divergence:
             raise
         except Exception as exc:
@@ -253,7 +266,8 @@ class Lockstep:
         bad_impl = self.impl.check_invariants()
         if bad_impl:
             raise Divergence(n, "implementation invariant violated", [where, *bad_impl])
-        bad_query = self._check_queries(n)
+        bad_query = self._check_queries(n) + view_differences(self.impl, self.cfg, a_model,
+                                                               self.impl_id)
         if bad_query:
             raise Divergence(n, "the implementation's queries differ", [where, *bad_query])
         if self.oracle is not None:
