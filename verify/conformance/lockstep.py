@@ -146,6 +146,7 @@ class Lockstep:
         self.stream_tokens: dict[int, list[int]] = {}
         self.records: list[StepRecord] = []
         self._abstracted: tuple[State, Abstract] | None = None  # (model state, its abstraction)
+        self._pageless: list[int] = []  # before a commit: prefix-tree nodes without a page
 
     # ---- helpers ---------------------------------------------------------------------------
     def seq_of(self) -> dict[int, int]:
@@ -179,6 +180,9 @@ class Lockstep:
         n = len(self.records)
         where = page_locations(self.impl)
         counters_before = self.impl.counters_of().as_dict()
+        tree = self.impl.storage.tree
+        self._pageless = [nid for nid, node in tree.nodes.items() if not node.has_page()] \
+            if action == "commit" else []
         occupied_before = occupied_slots(self.impl)
         self.impl.transactions.reset_choices()  # a call rejected before it starts records nothing
         try:
@@ -424,6 +428,13 @@ class Lockstep:
             ev.append("committed page dropped")
         if action == "resume" and "onboard_begin" in steps:
             ev.append("resumed from a lower level")
+        if action == "resume" and impl_out.value is True and "onboard_begin" in steps and any(
+                c[0] == "evict" and c[1] == GPU_LEVEL for c in self.impl.last_choices()):
+            ev.append("resumed from a lower level into a full GPU")
+        tree = self.impl.storage.tree
+        if action == "commit" and impl_out.kind == "ok" and any(
+                nid in tree.nodes and tree.nodes[nid].has_page() for nid in self._pageless):
+            ev.append("committed onto a node whose pages were dropped")
         if action == "resume" and impl_out.value is True and self._holds_stale(params["seq"]):
             ev.append("resumed with blocks held for committing")
         if action == "resize":
@@ -476,7 +487,8 @@ RARE_STATES: tuple[str, ...] = (
     "nested make-room rolled back", "committed page dropped", "resumed from a lower level",
     "several blocks left the window at once", "stale page released at pocket capacity",
     "stale block held for committing", "resumed with blocks held for committing",
-    "shrunk by several blocks",
+    "shrunk by several blocks", "resumed from a lower level into a full GPU",
+    "committed onto a node whose pages were dropped",
 )
 
 
