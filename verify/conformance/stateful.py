@@ -343,7 +343,16 @@ class LockstepMachine(RuleBasedStateMachine):
                 self._step("pressure", {"level": level, "pool_group": pg, "slots": min(
                     free + self._queued(level, pg), cfg.slots_per_level[level])})
 
-    @rule(data=st.data())
+    @rule(data=st.data(), blocks=st.integers(1, 3),
+          mode=st.sampled_from(("recommit dropped block", "resume into a full GPU")))
+    def node_or_load_back(self, data: st.DataObject, blocks: int, mode: str) -> None:
+        """Two paths the other rules reach too rarely (one rule, so the others keep their
+        share of the examples)."""
+        if mode == "recommit dropped block":
+            self.recommit_dropped_block(data)
+        else:
+            self.resume_into_full_gpu(data, blocks)
+
     def recommit_dropped_block(self, data: st.DataObject) -> None:
         """A committed block leaves the window and its pages are dropped while the sequence
         that committed it still refers to its prefix-tree node (the node outlives its
@@ -367,7 +376,6 @@ class LockstepMachine(RuleBasedStateMachine):
                                   "history": s.history[other]})
             self._step("commit", {"seq": other, "n": t})
 
-    @rule(data=st.data(), blocks=st.integers(1, 3))
     def resume_into_full_gpu(self, data: st.DataObject, blocks: int) -> None:
         """A suspended sequence's pages are pushed below; another sequence fills the GPU of
         every pool group and suspends (its pages evictable); the first resumes, so making

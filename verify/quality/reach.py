@@ -14,8 +14,8 @@ four survived it, for two reasons. No check looked at what they break: the publi
 `verify/conformance/views.py` now compares every view and counter after each step. Or no
 rule reached the state they need: a block committed again onto a prefix-tree node whose
 pages were all dropped, and a load-back into a full GPU with two pool groups, now the
-rules `recommit_dropped_block` and `resume_into_full_gpu` of `stateful.py` and rare states
-every cell that can reach them must reach.
+rule `node_or_load_back` of `stateful.py` and two rare states every cell that can reach
+them must reach.
 
 `tests/quality/test_reach.py` requires the default campaign, with its example budget,
 to kill each one within half of `matrix.DEFAULT_EXAMPLES`.
