@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from kvpocket.impl import kvcache
+from kvpocket.impl.counters import COUNTER_NAMES
 from kvpocket.model.config import KVConfig, LifeCycle
 from kvpocket.verify import patching
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.conformance.matrix import DEFAULT_EXAMPLES
 from kvpocket.verify.conformance.replay import replay
+from kvpocket.verify.conformance.views import counter_differences
 from kvpocket.verify.presets import PRESETS
 from kvpocket.verify.quality.reach import REACH_BUGS
 from kvpocket.verify.quality.seeded import default_campaign
@@ -138,3 +140,20 @@ def test_the_default_campaign_kills_it_within_half_its_budget(name: str,
         assert not replay(trace).ok, "the reproducer reproduces (with the bug applied)"
     assert trace.extra[patching.TRACE_KEY] == [name], "the reproducer names the bug"
     assert replay(without_bugs(trace)).ok, "and passes without it"
+
+
+def test_counter_check_names_what_a_call_did_not_do() -> None:
+    """The counters' check: a rolled-back call changes no counter; a call that succeeded
+    counts one per choice it made (undone ones not), and its releases balance the slots."""
+    zero = dict.fromkeys(COUNTER_NAMES, 0)
+    choices = [("evict", 0, 0, 3), ("undone", "evict", 1, 0, 5), ("alloc", 1, 0, 2),
+               ("migrate", 3, 0, 1, 2)]
+    done = {**zero, "evictions": 1, "alloc_calls": 1, "migrations": 1, "releases": 1}
+    assert counter_differences(zero, done, choices, 4, 4) == []
+    kept_undone = {**done, "evictions": 2}
+    assert any("evictions" in line for line in
+               counter_differences(zero, kept_undone, choices, 4, 4))
+    assert any("releases" in line for line in counter_differences(zero, done, choices, 4, 3))
+    failed = [*choices, ("fail", "OutOfPagesError")]
+    assert counter_differences(zero, zero, failed, 4, 4) == []
+    assert any("rolled back" in line for line in counter_differences(zero, done, failed, 4, 4))
