@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 
 from kvpocket.impl import kvcache
+from kvpocket.impl.counters import COUNTER_NAMES
 from kvpocket.model.config import KVConfig, LifeCycle
 from kvpocket.verify import patching
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.conformance.matrix import DEFAULT_EXAMPLES
 from kvpocket.verify.conformance.replay import replay
+from kvpocket.verify.conformance.views import counter_differences
 from kvpocket.verify.presets import PRESETS
 from kvpocket.verify.quality.reach import REACH_BUGS
 from kvpocket.verify.quality.seeded import default_campaign
@@ -35,6 +37,7 @@ def _decode(h_from: int, h_to: int) -> Steps:
     return [("resize", {"seq": 0, "capacity": h + 1, "history": h}) for h in range(h_from, h_to)]
 
 
+SEQ0_BLOCK0: list[int] = []  # stands for sequence 0's first committed block (see `_run`)
 OPEN: Steps = [("create", {"seq": 0, "prompt": []}), ("resume", {"seq": 0}),
                ("stop_committing", {"seq": 0})]
 TWO_WINDOWS = KVConfig(tokens_per_block=2, life_cycles=(
@@ -47,6 +50,38 @@ SCENARIOS: dict[str, tuple[KVConfig, Steps]] = {
         ("suspend", {"seq": 0}), ("resume", {"seq": 0})]),
     "eventlog-failed-resize-true": (PRESETS["tiny"].config, [
         *OPEN, ("resize", {"seq": 0, "capacity": 20, "history": 0})]),
+    # committing kept on: block 0 leaves the window at history 4 and stays held
+    "block-entries-stale-edge": (PRESETS["tiny"].config, [
+        ("create", {"seq": 0, "prompt": []}), ("resume", {"seq": 0}), *_decode(0, 5)]),
+    # the last pressure drops sequence 2's committed page after a nested attempt below
+    # (the disk, full of HELD pages) was rolled back
+    "rollback-keeps-counts": (PRESETS["three-level"].config, [
+        *(step for q, blocks in ((0, 2), (1, 2)) for step in (
+            ("create", {"seq": q, "prompt": []}), ("resume", {"seq": q}),
+            ("resize", {"seq": q, "capacity": 2 * blocks, "history": 0}),
+            ("suspend", {"seq": q}))),
+        ("create", {"seq": 2, "prompt": []}), ("resume", {"seq": 2}),
+        ("resize", {"seq": 2, "capacity": 2, "history": 0}), ("commit", {"seq": 2, "n": 2}),
+        ("close", {"seq": 2}), ("pressure", {"level": 0, "pool_group": 0, "slots": 6})]),
+    # block 0 committed, out of the window, dropped (GPU, then host); sequence 1 commits
+    # the same tokens onto its node (the tokens are sequence 0's, filled in by `_run`)
+    "recommit-node-unreferenced": (PRESETS["tiny"].config, [
+        ("create", {"seq": 0, "prompt": []}), ("resume", {"seq": 0}),
+        ("resize", {"seq": 0, "capacity": 2, "history": 0}), ("commit", {"seq": 0, "n": 2}),
+        ("resize", {"seq": 0, "capacity": 5, "history": 4}),
+        ("pressure", {"level": 0, "pool_group": 0, "slots": 2}),
+        ("pressure", {"level": 1, "pool_group": 0, "slots": 4}),
+        ("create", {"seq": 1, "prompt": SEQ0_BLOCK0}), ("resume", {"seq": 1}),
+        ("resize", {"seq": 1, "capacity": 2, "history": 0}), ("commit", {"seq": 1, "n": 2})]),
+    # sequence 0's pages pushed to host, sequence 1 fills both GPU pool groups and suspends
+    "load-back-one-pool-group": (PRESETS["split-pools"].config, [
+        ("create", {"seq": 0, "prompt": []}), ("resume", {"seq": 0}),
+        ("resize", {"seq": 0, "capacity": 2, "history": 0}), ("suspend", {"seq": 0}),
+        ("pressure", {"level": 0, "pool_group": 0, "slots": 4}),
+        ("pressure", {"level": 0, "pool_group": 1, "slots": 4}),
+        ("create", {"seq": 1, "prompt": []}), ("resume", {"seq": 1}),
+        ("resize", {"seq": 1, "capacity": 8, "history": 0}), ("suspend", {"seq": 1}),
+        ("resume", {"seq": 0})]),
 }
 
 
@@ -55,6 +90,9 @@ def _run(cfg: KVConfig, steps: Steps, check_event_log: bool) -> int | None:
     ls = Lockstep(cfg, check_event_log=check_event_log)
     try:
         for action, params in steps:
+            if params.get("prompt") is SEQ0_BLOCK0:
+                t = cfg.tokens_per_block
+                params = {**params, "prompt": list(ls.model.state.tokens[0][:t])}
             ls.step(action, params)
     except Divergence as exc:
         return exc.step
@@ -102,3 +140,20 @@ def test_the_default_campaign_kills_it_within_half_its_budget(name: str,
         assert not replay(trace).ok, "the reproducer reproduces (with the bug applied)"
     assert trace.extra[patching.TRACE_KEY] == [name], "the reproducer names the bug"
     assert replay(without_bugs(trace)).ok, "and passes without it"
+
+
+def test_counter_check_names_what_a_call_did_not_do() -> None:
+    """The counters' check: a rolled-back call changes no counter; a call that succeeded
+    counts one per choice it made (undone ones not), and its releases balance the slots."""
+    zero = dict.fromkeys(COUNTER_NAMES, 0)
+    choices = [("evict", 0, 0, 3), ("undone", "evict", 1, 0, 5), ("alloc", 1, 0, 2),
+               ("migrate", 3, 0, 1, 2)]
+    done = {**zero, "evictions": 1, "alloc_calls": 1, "migrations": 1, "releases": 1}
+    assert counter_differences(zero, done, choices, 4, 4) == []
+    kept_undone = {**done, "evictions": 2}
+    assert any("evictions" in line for line in
+               counter_differences(zero, kept_undone, choices, 4, 4))
+    assert any("releases" in line for line in counter_differences(zero, done, choices, 4, 3))
+    failed = [*choices, ("fail", "OutOfPagesError")]
+    assert counter_differences(zero, zero, failed, 4, 4) == []
+    assert any("rolled back" in line for line in counter_differences(zero, done, failed, 4, 4))

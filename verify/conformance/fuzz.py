@@ -38,6 +38,12 @@ def expected_rare_states(cfg: KVConfig) -> list[str]:
     out = ["prefix reused", "injected failure rolled back", "shrunk by several blocks"]
     if cfg.num_levels > 1:
         out += ["committed page dropped", "resumed from a lower level"]
+        if cfg.num_sequences > 1:
+            out.append("resumed from a lower level into a full GPU")
+    if cfg.num_sequences > 1 and all(lc.is_swa and not lc.sink_tokens
+                                     for lc in cfg.life_cycles):
+        # every page of a committed block can leave the window while its node lives on
+        out.append("committed onto a node whose pages were dropped")
     if cfg.num_levels > 2:
         out += ["cascade below host", "nested make-room rolled back"]
     if any(lc.is_swa for lc in cfg.life_cycles):

@@ -44,6 +44,11 @@ from kvpocket.verify.conformance.adapter import (
     model_params,
     outcome_of,
 )
+from kvpocket.verify.conformance.views import (
+    counter_differences,
+    occupied_slots,
+    view_differences,
+)
 from kvpocket.verify.traces.alphabet import check_params
 from kvpocket.verify.traces.trace import Event, EventStream, TraceError
 from kvpocket.verify.traces.tracecheck import EventChecker
@@ -141,6 +146,7 @@ class Lockstep:
         self.stream_tokens: dict[int, list[int]] = {}
         self.records: list[StepRecord] = []
         self._abstracted: tuple[State, Abstract] | None = None  # (model state, its abstraction)
+        self._pageless: list[int] = []  # before a commit: prefix-tree nodes without a page
 
     # ---- helpers ---------------------------------------------------------------------------
     def seq_of(self) -> dict[int, int]:
@@ -173,6 +179,11 @@ class Lockstep:
         check_params(action, params)
         n = len(self.records)
         where = page_locations(self.impl)
+        counters_before = self.impl.counters.total.as_dict()
+        tree = self.impl.storage.tree
+        self._pageless = [nid for nid, node in tree.nodes.items() if not node.has_page()] \
+            if action == "commit" else []
+        occupied_before = occupied_slots(self.impl)
         self.impl.transactions.reset_choices()  # a call rejected before it starts records nothing
         try:
             impl_out = impl_outcome(lambda: call_impl(self, action, params))
@@ -203,6 +214,12 @@ class Lockstep:
             if model_out.kind == "ok" and self.oracle is not None:
                 self._after_success(action, params)
             self.check(n, action, params, pre_model)
+            bad_counters = counter_differences(
+                counters_before, self.impl.counters.total.as_dict(), self.impl.last_choices(),
+                occupied_before, occupied_slots(self.impl))
+            if bad_counters:
+                raise Divergence(n, "the implementation's counters differ", [
+                    f"after {action}({_fmt(params)})", *bad_counters, *self._choices_lines()])
         except Divergence:
             raise
         except Exception as exc:
@@ -254,6 +271,8 @@ class Lockstep:
         if bad_impl:
             raise Divergence(n, "implementation invariant violated", [where, *bad_impl])
         bad_query = self._check_queries(n)
+        if not unchanged:  # else the internals, so the views, are as the last step checked
+            bad_query += view_differences(self.impl, self.cfg, a_model, self.impl_id)
         if bad_query:
             raise Divergence(n, "the implementation's queries differ", [where, *bad_query])
         if self.oracle is not None:
@@ -410,6 +429,13 @@ class Lockstep:
             ev.append("committed page dropped")
         if action == "resume" and "onboard_begin" in steps:
             ev.append("resumed from a lower level")
+        if action == "resume" and impl_out.value is True and "onboard_begin" in steps and any(
+                c[0] == "evict" and c[1] == GPU_LEVEL for c in self.impl.last_choices()):
+            ev.append("resumed from a lower level into a full GPU")
+        tree = self.impl.storage.tree
+        if action == "commit" and impl_out.kind == "ok" and any(
+                nid in tree.nodes and tree.nodes[nid].has_page() for nid in self._pageless):
+            ev.append("committed onto a node whose pages were dropped")
         if action == "resume" and impl_out.value is True and self._holds_stale(params["seq"]):
             ev.append("resumed with blocks held for committing")
         if action == "resize":
@@ -462,7 +488,8 @@ RARE_STATES: tuple[str, ...] = (
     "nested make-room rolled back", "committed page dropped", "resumed from a lower level",
     "several blocks left the window at once", "stale page released at pocket capacity",
     "stale block held for committing", "resumed with blocks held for committing",
-    "shrunk by several blocks",
+    "shrunk by several blocks", "resumed from a lower level into a full GPU",
+    "committed onto a node whose pages were dropped",
 )
 
 

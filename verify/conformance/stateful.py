@@ -325,6 +325,87 @@ class LockstepMachine(RuleBasedStateMachine):
         self._step("close", {"seq": victim})
         self._step("pressure", {"level": 0, "pool_group": pg, "slots": cfg.slots_per_level[0]})
 
+    def _queued(self, level: int, pool_group: int) -> int:
+        """Pages queued for eviction at (level, pool group), per the model."""
+        s, cfg = self._state(), self.cfg
+        return sum(1 for p in range(self.ls.model.layout.pages)
+                   if s.alive[p] and s.queued[p] and s.level[p] == level
+                   and cfg.pool_group_of(s.lc[p]) == pool_group)
+
+    def _evict_everything(self) -> None:
+        """Pressure on every (level, pool group), top down, for all its free and evictable
+        slots: what can move down moves, and the last level drops what it can."""
+        cfg = self.cfg
+        for level in range(cfg.num_levels):
+            for pg in range(cfg.num_pool_groups):
+                free = sum(self._state().slot_owner[i] == NONE
+                           for i in self.ls.model.layout.slot_range(level, pg))
+                self._step("pressure", {"level": level, "pool_group": pg, "slots": min(
+                    free + self._queued(level, pg), cfg.slots_per_level[level])})
+
+    @rule(data=st.data(), mode=st.sampled_from(
+        ("recommit dropped block", "resume into a full GPU", "pass", "pass", "pass", "pass")))
+    def node_or_load_back(self, data: st.DataObject, mode: str) -> None:
+        """Two paths the other rules reach too rarely. One rule that acts in a third of its
+        draws, so the other rules keep their share of a short campaign's steps."""
+        if mode == "pass":
+            return
+        if mode == "recommit dropped block":
+            self.recommit_dropped_block(data)
+        else:
+            self.resume_into_full_gpu(data)
+
+    def recommit_dropped_block(self, data: st.DataObject) -> None:
+        """A committed block leaves the window and its pages are dropped while the sequence
+        that committed it still refers to its prefix-tree node (the node outlives its
+        pages); another sequence then commits the same tokens, onto that node."""
+        cfg = self.cfg
+        t = cfg.tokens_per_block
+        seq = data.draw(self.seqs(), label="seq")
+        other = (seq + 1) % cfg.num_sequences
+        self._restart(seq, [])
+        self._step("resize", {"seq": seq, "capacity": t, "history": 0})
+        self._step("commit", {"seq": seq, "n": t})
+        window = max((lc.window or 0) for lc in cfg.life_cycles)
+        h = min(t + window - 1, cfg.max_capacity - 1)  # block 0 is out of every window
+        self._step("resize", {"seq": seq, "capacity": h + 1, "history": h})
+        self._evict_everything()
+        if other != seq:
+            prompt = list(self._state().tokens[seq][:t])
+            self._restart(other, prompt)
+            s = self._state()
+            self._step("resize", {"seq": other, "capacity": s.committed_tokens[other] + t,
+                                  "history": s.history[other]})
+            self._step("commit", {"seq": other, "n": t})
+
+    def resume_into_full_gpu(self, data: st.DataObject) -> None:
+        """A suspended sequence's block is pushed below; another sequence fills the GPU of
+        every pool group and suspends (its pages evictable); the first resumes, so making
+        room for its load-back evicts in every pool group at once. (One block: the level
+        below keeps room for the pages the load-back evicts.)"""
+        cfg = self.cfg
+        t = cfg.tokens_per_block
+        seq = data.draw(self.seqs(), label="seq")
+        other = (seq + 1) % cfg.num_sequences
+        for q in range(cfg.num_sequences):  # no page of the others is locked; the filler's
+            status = self._state().seq_status[q]  # are gone, so the level below has room
+            if q == other and q != seq and status in (SeqStatus.ACTIVE, SeqStatus.SUSPENDED):
+                self._step("close", {"seq": q})
+            elif q != seq and status == SeqStatus.ACTIVE:
+                self._step("suspend", {"seq": q})
+        self._restart(seq, [])
+        self._step("resize", {"seq": seq, "capacity": t, "history": 0})
+        self._step("suspend", {"seq": seq})
+        self._evict_everything()
+        if other != seq:
+            per_block = Counter(lc.pool_group for lc in cfg.life_cycles)
+            fill = min(cfg.slots_per_level[GPU_LEVEL] // n for n in per_block.values())
+            self._restart(other, [])
+            self._step("resize", {"seq": other, "capacity": min(fill * t, cfg.max_capacity),
+                                  "history": 0})
+            self._step("suspend", {"seq": other})
+        self._step("resume", {"seq": seq})
+
     @rule(data=st.data(), prompt=st.lists(st.integers(0, 1), max_size=6))
     def create(self, data: st.DataObject, prompt: list[int]) -> None:
         self._step("create", {"seq": data.draw(self.seqs(), label="seq"), "prompt": prompt})

@@ -203,6 +203,27 @@ BUGS: dict[str, SeededBug] = {b.name: b for b in (
         "        if obj.get(\"action\") == \"resize\" and obj.get(\"result\") is False:\n"
         "            obj = {**obj, \"result\": True}\n"
         "        line = json.dumps(obj, separators=(\",\", \":\"))\n")),
+    # ---- found by a fresh-eyes hunt, reported clean before the kit was fixed (reach.py) --
+    _bug("block-entries-stale-edge", edit(  # the first stale block is reported in window
+        KVCACHE + "block_entries",
+        "out.append(BlockEntry(b, page.pid, page.level, page.slot, locked, s <= b < e))",
+        "out.append(BlockEntry(b, page.pid, page.level, page.slot, locked, s < b < e))")),
+    _bug("rollback-keeps-counts", edit(  # a nested attempt's counts survive its rollback
+        "kvpocket.impl.undo:Op.rollback_to",
+        "        self.counts.items.clear()\n        self.counts.items.update(counts)\n",
+        "")),
+    _bug("recommit-node-unreferenced",  # a node found again is not referenced again
+         edit(KVCACHE + "_commit",
+              "            if nid is None:\n                nid = tree.add(parent, key, op)\n",
+              "            found = nid is not None\n"
+              "            if nid is None:\n                nid = tree.add(parent, key, op)\n"),
+         edit(KVCACHE + "_commit",
+              "            tree.acquire(nid, op)\n",
+              "            if not found:\n                tree.acquire(nid, op)\n")),
+    _bug("load-back-one-pool-group", edit(  # room for the load-back made in pool group 0
+        STORAGE + "bring_to_gpu",
+        "need[p.group] += 1",
+        "need[0] += 1")),
 )}
 
 

@@ -7,6 +7,16 @@ writer. Like every seeded bug they are source patches applied from outside the p
 (`patches.py: BUGS`, under the same names), so spawned campaign workers get them too and
 `kvpocket fuzz --mutant NAME` switches one on.
 
+The second group was found by a fresh-eyes hunt (issue: bugs the kit reports as clean):
+invented bugs of classes no seeded or zoo bug covers, run under the default campaign. These
+four survived it, for two reasons. No check looked at what they break: the public views
+(`block_entries`) and the counters were never compared with the model, so
+`verify/conformance/views.py` now compares every view and counter after each step. Or no
+rule reached the state they need: a block committed again onto a prefix-tree node whose
+pages were all dropped, and a load-back into a full GPU with two pool groups, now the
+rule `node_or_load_back` of `stateful.py` and two rare states every cell that can reach
+them must reach.
+
 `tests/quality/test_reach.py` requires the default campaign, with its example budget,
 to kill each one within half of `matrix.DEFAULT_EXAMPLES`.
 """
@@ -37,4 +47,16 @@ REACH_BUGS: dict[str, ReachBug] = {b.name: b for b in (
              "resume decides the window without the sink tokens (sink blocks not locked)"),
     ReachBug("eventlog-failed-resize-true", "the event log checked in the lockstep",
              "the event-log writer logs a resize that ran out of pages as successful"),
+    ReachBug("block-entries-stale-edge", "the public views checked against the model",
+             "block_entries reports the first out-of-window block (a block held for "
+             "committing) as in the window"),
+    ReachBug("rollback-keeps-counts", "the counters checked against the choices made",
+             "a nested make-room attempt that is rolled back keeps its counts (evictions, "
+             "migrations) in the counters"),
+    ReachBug("recommit-node-unreferenced", "a block committed again onto a prefix-tree "
+             "node whose pages were dropped",
+             "commit reuses the node of a dropped block without referencing it, so the node "
+             "can be pruned under the sequence that refers to it"),
+    ReachBug("load-back-one-pool-group", "a load-back into a full GPU with two pool groups",
+             "resume makes room for every page it brings back in pool group 0"),
 )}
