@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -46,12 +47,14 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 
 def _in_finalizer(frame: FrameType | None) -> bool:
-    """The signal arrived inside a `__del__` or a `weakref.finalize` callback (a temporary
-    directory's or a pool's clean-up, run by the garbage collector)."""
+    """The signal arrived inside a `__del__`, a `weakref.finalize` callback (a temporary
+    directory's or a pool's clean-up, run by the garbage collector) or a function in
+    `gc.callbacks` (Hypothesis registers one): an exception cannot leave any of them."""
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
     while frame is not None:
         code = frame.f_code
-        if code.co_name == "__del__" or (code.co_name == "__call__"
-                                          and code.co_filename.endswith("weakref.py")):
+        if code.co_name == "__del__" or code in callbacks or (
+                code.co_name == "__call__" and code.co_filename.endswith("weakref.py")):
             return True
         frame = frame.f_back
     return False
@@ -143,6 +146,9 @@ def starting_workers() -> Iterator[None]:
 
 
 def _worker_handler(signum: int, frame: FrameType | None) -> None:
+    if _state["count"] == 0 and _state.get("busy") and _in_finalizer(frame):
+        _redeliver_later()  # as `_handler`: raised once the finalizer has returned
+        return
     _state["count"] += 1
     if _state["count"] > 1 or not _state.get("busy"):
         os._exit(EXIT_INTERRUPTED)  # idle, or a second Ctrl-C: end quietly

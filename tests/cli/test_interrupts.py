@@ -117,3 +117,34 @@ def test_a_ctrl_c_inside_a_finalizer_is_delivered_after_it(monkeypatch: pytest.M
         with pytest.raises(KeyboardInterrupt):  # the redelivered signal, outside it
             interrupts._handler(signal.SIGINT, sys._getframe())
         assert interrupts.was_interrupted()
+
+
+def test_a_ctrl_c_inside_a_gc_callback_is_delivered_after_it(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Likewise inside a function in `gc.callbacks` (Hypothesis registers one), in the CLI's
+    process and in a campaign worker busy with a task (seen once in a fresh-clone CI run: a
+    worker's traceback printed as "Exception ignored in: gc_callback")."""
+    import gc
+
+    from kvpocket.verify import interrupts
+
+    later: list[int] = []
+    monkeypatch.setattr(interrupts, "_redeliver_later", lambda: later.append(1))
+    handlers = [interrupts._handler, interrupts._worker_handler]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        for handler in handlers:
+            handler(signal.SIGINT, sys._getframe())
+
+    gc.callbacks.append(callback)
+    try:
+        interrupts.worker_ctrl_c()
+        with interrupts.interrupt_scope(), interrupts.working():
+            gc.collect()  # both handlers run inside the callback: nothing raised, later
+            assert later and set(later) == {1} and not interrupts.was_interrupted()
+            handlers.clear()
+            with pytest.raises(KeyboardInterrupt):  # the redelivered signal, outside it
+                interrupts._worker_handler(signal.SIGINT, sys._getframe())
+    finally:
+        gc.callbacks.remove(callback)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
