@@ -580,10 +580,11 @@ def resume(ex: Executor, seq: int) -> None:
     _require_status(ex, seq, (SeqStatus.SUSPENDED,), "resume")
     h = ex.s.history[seq]
     targets = _blocks_of(ex, seq)
+    in_window = {(lc, o): ops.not_(_stale(ex, lc, o, h)) for lc, o in targets}
 
     def target(lc: int, o: int) -> tuple[Term, Term]:
         page, _ = _entry(ex, seq, lc, o)
-        return page, ops.and_(ops.ne(page, NONE), ops.not_(_stale(ex, lc, o, h)))
+        return page, ops.and_(ops.ne(page, NONE), in_window[lc, o])
 
     for lc, o in targets:  # pin first: making room never evicts our pages
         page, is_target = target(lc, o)

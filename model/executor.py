@@ -107,13 +107,12 @@ class Candidates(Sequence[int]):
     def find(self, want: object, by_label: bool = True) -> int | None:
         """The candidate whose label (or, not `by_label`, whose id) is `want`, or None. An
         id is looked up directly; a label is searched for among the candidates."""
-        if not by_label or self._label is None:
-            ok = isinstance(want, int) and want in self._domain and bool(self._legal(want))
-            return want if ok else None  # type: ignore[return-value]
+        if not by_label:
+            return self._legal_id(want)
         named = self.looked_up(want)
-        if named is not None:
-            return named  # labels name one candidate each: the search would find it
         label = self._label
+        if named is not None or label is None:
+            return named  # labels name one candidate each: the search would find it
         for c in self:
             if _norm(label(c)) == want:
                 return c
@@ -125,14 +124,18 @@ class Candidates(Sequence[int]):
         label names no legal candidate)."""
         label = self._label
         if label is None:  # a candidate's label is its id
-            ok = type(want) is int and want in self._domain and bool(self._legal(want))
-            return want if ok else None  # type: ignore[return-value]
+            return self._legal_id(want)
         if isinstance(label, LookupLabel):
             named = label.named(want)
             if named is not None and named in self._domain and self._legal(named) \
                     and _norm(label(named)) == want:
                 return named
         return None
+
+    def _legal_id(self, want: object) -> int | None:
+        """`want` when it is a legal candidate's id."""
+        ok = isinstance(want, int) and want in self._domain and bool(self._legal(want))
+        return want if ok else None  # type: ignore[return-value]
 
     def labels(self) -> Sequence[object]:
         """Every candidate's label (reads every candidate)."""
@@ -220,6 +223,13 @@ class RecordedChooser:
                 return c
         raise ChoiceRejected(kind, want, keys)
 
+    def next_label(self, kind: str) -> object | None:
+        """The recorded label `choose` takes next for `kind` (matched by label), if any."""
+        if self.script is None or self.by != "label" or kind not in CHOICE_KINDS:
+            return None
+        queue = self.script.get(kind)
+        return _norm(queue[0]) if queue else None
+
     def left(self) -> dict[str, list[object]]:
         """Recorded choices the model did not make."""
         return {k: v for k, v in (self.script or {}).items() if v}
@@ -304,13 +314,9 @@ class ConcreteExecutor:
         """The next recorded label of this kind names a legal candidate, looked up (so there
         is one, and the candidates need no scan: a recorded slot of a full pool of 10^5, or
         a recorded victim among 10^5 cached pages, costs a lookup, not a scan of them)."""
-        ch = self.chooser
-        if not isinstance(ch, RecordedChooser) or ch.by != "label" or not ch.script \
-                or kind not in CHOICE_KINDS:
-            return False
-        queue = ch.script.get(kind)
-        return queue is not None and len(queue) > 0 \
-            and found.looked_up(_norm(queue[0])) is not None
+        want = self.chooser.next_label(kind) if isinstance(self.chooser, RecordedChooser) \
+            else None
+        return want is not None and found.looked_up(want) is not None
 
     def fail(self, reason: str, consumed: str | None = None) -> NoReturn:
         raise OutOfPages(reason, consumed)
