@@ -2,23 +2,32 @@
 # The main job: the default lockstep fuzz campaign (implementation vs model on the matrix
 # of configurations and policies, CPU backend) and the Z3 proofs. Installs what it needs
 # into .venv first. Reports land in kvpocket-out/.
-#   KVPOCKET_MINUTES   campaign length in minutes (default 2; a number in (0, 10080])
-#   KVPOCKET_EXAMPLES  an example budget instead (the matrix: --total-examples; a preset:
-#                      --examples; an integer >= 1): the same run, and verdict, on any machine
+#   KVPOCKET_EXAMPLES  the campaign's example budget (the matrix: --total-examples,
+#                      default 1000, the plan the kill figures are measured with; a preset:
+#                      --examples): the same run, and verdict, on any machine
+#   KVPOCKET_MINUTES   a time budget instead (a number in (0, 10080]; never the default: a
+#                      run that ends before its plan exits 3, incomplete)
 #   KVPOCKET_CONFIG    one preset (`kvpocket fuzz --list-configs`) or JSON config file instead
 #                      of the matrix
 #   KVPOCKET_WORKERS   worker processes (default: all cores; 1 to 4 per core)
 # The variables are checked before anything is installed or run: a bad value exits 2
-# with one line naming the variable.
+# with one line naming the variable. The last line combines every verdict (`kvpocket
+# verdict`); the exit status is the worst of them: 0 clean, 1 a bug found, 2 a usage
+# error, 3 incomplete (an obligation unknown, a timed run short of its plan), 130
+# interrupted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bad() { echo "scripts/main.sh: error: $1" >&2; exit 2; }
-minutes="${KVPOCKET_MINUTES-2}"
+minutes="${KVPOCKET_MINUTES-}"
 workers="${KVPOCKET_WORKERS-$(nproc)}"
-[[ "$minutes" =~ ^([0-9]+([.][0-9]*)?|[.][0-9]+)$ ]] \
-  && awk -v m="$minutes" 'BEGIN { exit !(m > 0 && m <= 10080) }' \
-  || bad "KVPOCKET_MINUTES: expected a number of minutes in (0, 10080], got '$minutes'"
+if [ -n "${KVPOCKET_MINUTES+set}" ]; then
+  [[ "$minutes" =~ ^([0-9]+([.][0-9]*)?|[.][0-9]+)$ ]] \
+    && awk -v m="$minutes" 'BEGIN { exit !(m > 0 && m <= 10080) }' \
+    || bad "KVPOCKET_MINUTES: expected a number of minutes in (0, 10080], got '$minutes'"
+  [ -z "${KVPOCKET_EXAMPLES:-}" ] \
+    || bad "KVPOCKET_MINUTES: give either KVPOCKET_MINUTES or KVPOCKET_EXAMPLES, not both"
+fi
 [[ "$workers" =~ ^[0-9]+$ ]] && (( 10#$workers >= 1 && 10#$workers <= 4 * $(nproc) )) \
   || bad "KVPOCKET_WORKERS: expected an integer in [1, $((4 * $(nproc)))], got '$workers'"
 if [ -n "${KVPOCKET_EXAMPLES:-}" ]; then
@@ -42,18 +51,31 @@ mkdir -p "$out"
 stamp() { stat -c %y "$1" 2>/dev/null || echo none; }
 before=("$(stamp "$out/fuzz.json")" "$(stamp "$out/prove.json")")
 status=0
-budget=(--minutes "$minutes")
+budget=()  # the default: the campaign's own plan, counted in examples
+if [ -n "$minutes" ]; then budget=(--minutes "$minutes"); fi
 if [ -n "${KVPOCKET_EXAMPLES:-}" ]; then
   if [ -n "${KVPOCKET_CONFIG:-}" ]; then budget=(--examples "$KVPOCKET_EXAMPLES")
   else budget=(--total-examples "$KVPOCKET_EXAMPLES"); fi
 fi
+fuzz_status=0 prove_status=0
 kvpocket fuzz "${config[@]}" "${budget[@]}" --workers "$workers" \
-  --json "$out/fuzz.json" --out "$out" || status=$?
-if [ "$status" -ne 2 ] && [ "$status" -ne 130 ]; then  # a usage error or Ctrl-C: stop here
-  kvpocket prove --json "$out/prove.json" --out "$out/prove" || status=$?
+  --json "$out/fuzz.json" --out "$out" || fuzz_status=$?
+if [ "$fuzz_status" -ne 2 ] && [ "$fuzz_status" -ne 130 ]; then  # a usage error or Ctrl-C: stop
+  kvpocket prove --json "$out/prove.json" --out "$out/prove" || prove_status=$?
 fi
 reports=()  # only the reports this run wrote
 [ "$(stamp "$out/fuzz.json")" != "${before[0]}" ] && reports+=("$out/fuzz.json")
 [ "$(stamp "$out/prove.json")" != "${before[1]}" ] && reports+=("$out/prove.json")
-if [ "${#reports[@]}" -gt 0 ]; then echo "reports: ${reports[*]}"; else echo "no report written"; fi
-exit "$status"
+if [ "${#reports[@]}" -eq 0 ]; then
+  echo "kvpocket: no report written (fuzz exit $fuzz_status, prove exit $prove_status)"
+  exit $(( fuzz_status != 0 ? fuzz_status : (prove_status != 0 ? prove_status : 2) ))
+fi
+echo "reports: ${reports[*]}"
+# One line for every verdict; its status is the worst of the reports'. A command that
+# wrote no report (a usage error, Ctrl-C) still decides the status.
+verdict_status=0
+kvpocket verdict "${reports[@]}" || verdict_status=$?
+for s in "$fuzz_status" "$prove_status"; do  # a status no report shows (2, 130) wins
+  case "$s" in 2|130) exit "$s" ;; esac
+done
+exit "$verdict_status"

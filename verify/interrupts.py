@@ -29,7 +29,8 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-EXIT_INTERRUPTED = 130
+from kvpocket.verify.exits import EXIT_INTERRUPTED
+
 _state = {"count": 0}
 
 

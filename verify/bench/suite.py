@@ -59,7 +59,8 @@ from kvpocket.verify.bench.geometry import GeometryCase, bench_geometry
 from kvpocket.verify.bench.longrun import create_cost, record_peak
 from kvpocket.verify.bench.report import print_result
 from kvpocket.verify.bench.verifier import bench_bmc_unsafe, bench_fuzz, bench_mutants, bench_prove
-from kvpocket.verify.interrupts import EXIT_INTERRUPTED, stop_if_interrupted
+from kvpocket.verify.exits import EXIT_INTERRUPTED
+from kvpocket.verify.interrupts import stop_if_interrupted
 from kvpocket.verify.traces.trace import write_atomic
 from kvpocket.verify.usage import CliError, check_outputs
 

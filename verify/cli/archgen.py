@@ -163,7 +163,7 @@ def lockstep_step() -> str:
 
 def bmc_step() -> str:
     lay = Layout(PROVE_CONFIGS["gpu-host"].config)
-    return sequence_diagram(record_calls(lambda: bmc(lay, "api", 1, timeout_ms=60_000)))
+    return sequence_diagram(record_calls(lambda: bmc(lay, "api", 1)))
 
 
 GENERATORS: dict[str, Callable[[], str]] = {

@@ -31,6 +31,7 @@ from kvpocket.model.overrides import overriding
 from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify import patching
 from kvpocket.verify.bench.suite import add_bench_arguments, run_bench
+from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from kvpocket.verify.interrupts import interrupt_scope, was_interrupted, z3_leaves_ctrl_c_to_us
 from kvpocket.verify.presets import (
     DEFAULT_PRESET,
@@ -61,7 +62,6 @@ from kvpocket.verify.usage import (
     use_hypothesis_home,
 )
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MUTANT_ENV = "KVPOCKET_MUTANT"  # read by earlier versions; refused, never silently ignored
 
 
@@ -121,7 +121,6 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
 
 MAX_RECORD_STEPS = 10_000_000
 WORKERS_PER_CORE = 4
-DEFAULT_MATRIX_MINUTES = 1.0
 
 
 def _check_minutes(value: float | None) -> None:
@@ -174,14 +173,16 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
                    "cell switched to it)")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, metavar="M",
-                        help=f"time budget (default {DEFAULT_MATRIX_MINUTES:g} for the matrix)")
+                        help="a time budget instead of the plan's example count (never the "
+                        "default: a timed run depends on the machine's speed and load, and one "
+                        "that ends before its plan says so and exits 3)")
     budget.add_argument("--examples", type=int, metavar="N",
                         help=f"run N examples (with the matrix: N per cell; {MIN_EXAMPLES}.."
                         f"{MAX_EXAMPLES:,}: Hypothesis's first example is the empty run)")
     budget.add_argument("--total-examples", type=int, metavar="N",
                         help="matrix: run the default campaign's plan (steering included) "
-                        "until N examples in all: the same run on any machine (the default "
-                        "campaign intends 1000)")
+                        "until N examples in all: the same run on any machine (default "
+                        "1000, the plan whose kill figures docs/bug-zoo.md gives)")
     p.add_argument("--steps", type=int, metavar="S", help=f"max rules per example (1..{MAX_STEPS})")
     p.add_argument("--seed", type=int, default=0, metavar="X",
                    help="campaign seed (default 0; 0..2**63-1)")
@@ -335,15 +336,23 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
 def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: int) -> int:
     # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.cli.render import print_matrix
-    from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX, run_matrix, write_matrix_json
+    from kvpocket.verify.conformance.matrix import (
+        DEFAULT_EXAMPLES,
+        DEFAULT_MATRIX,
+        run_matrix,
+        write_matrix_json,
+    )
 
-    minutes = args.minutes if args.minutes is not None else DEFAULT_MATRIX_MINUTES
+    # The default is the plan, counted in examples: the same run and verdict on any machine.
+    total = args.total_examples
+    if total is None and args.minutes is None and args.examples is None:
+        total = DEFAULT_EXAMPLES
     workers = args.workers or max(1, min(cores, len(DEFAULT_MATRIX)))
-    report = run_matrix(seed=args.seed, budget_s=minutes * 60, workers=workers,
+    report = run_matrix(seed=args.seed, budget_s=(args.minutes or 0.0) * 60, workers=workers,
                         out_dir=args.out, show_progress=not args.no_progress,
                         policy=args.policy, examples_per_cell=args.examples, steps=args.steps,
                         profile=profile, backend=backend, database=args.database,
-                        keep_going=args.keep_going, total_examples=args.total_examples)
+                        keep_going=args.keep_going, total_examples=total)
     print_matrix(report, verbose=args.verbose)
     if args.json:
         write_matrix_json(report, args.json)
@@ -352,7 +361,9 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
     if report.steps == 0 and not report.interrupted:
         raise CliError("the campaign ran no step, so it checked nothing; give it more "
                        "--examples or --minutes")
-    return EXIT_INTERRUPTED if report.interrupted else EXIT_OK
+    if report.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_INCOMPLETE if report.ran_short else EXIT_OK
 
 
 def _replay_args(p: argparse.ArgumentParser) -> None:
@@ -552,6 +563,24 @@ def _temp_dir_set_to(folder: str) -> Iterator[None]:
             os.environ["TMPDIR"] = saved_env
 
 
+def _verdict_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("reports", nargs="+", metavar="REPORT",
+                   help="JSON reports written by `kvpocket fuzz --json` or `prove --json`")
+
+
+def cmd_verdict(args: argparse.Namespace) -> int:
+    """One line combining several reports' verdicts; exits with the worst of them."""
+    from kvpocket.verify.cli.verdict import ReportError, combine, read_verdict
+
+    try:
+        verdicts = [read_verdict(Path(p)) for p in args.reports]
+    except ReportError as exc:
+        raise CliError(str(exc)) from None
+    code, line = combine(verdicts)
+    print(line)
+    return code
+
+
 COMMANDS: list[Command] = [
     ("spec", _spec_args, cmd_spec),
     ("fuzz", _fuzz_args, cmd_fuzz),
@@ -560,6 +589,7 @@ COMMANDS: list[Command] = [
     ("trace", _trace_args, cmd_trace),
     ("bench", _bench_args, cmd_bench),
     ("mutants", _mutants_args, cmd_mutants),
+    ("verdict", _verdict_args, cmd_verdict),
 ]
 
 

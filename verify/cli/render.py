@@ -90,6 +90,26 @@ def print_campaign(report: Any) -> None:
         out.print(f"  reproducer: {f.test}", markup=False, soft_wrap=True)
 
 
+def _plan_ran(report: Any) -> str:
+    """How much of its plan a campaign ran, in words."""
+    if report.total_examples is not None:
+        return f"the plan ran to its end, {report.examples:,} of {report.total_examples:,} examples"
+    if report.budget_s:
+        return f"{report.examples:,} examples in a {report.budget_s:g} s budget"
+    return f"the plan ran to its end, {report.examples:,} examples (a fixed number per cell)"
+
+
+def checks_line(report: Any) -> str:
+    """What a campaign checked: the checks every example makes, and those made in a share
+    of the examples with that share (a report's `checks`: check -> examples checked)."""
+    every = "lockstep against the model (outcomes, abstract state, views, counters), every " \
+        "invariant on both sides, the data oracle"
+    shares = getattr(report, "checks", None) or {}
+    parts = [f"{name} in {n:,} of {report.examples:,} examples" if n < report.examples
+             else f"{name} in every example" for name, n in shares.items()]
+    return f"checked in every example: {every}" + (f"; also {', '.join(parts)}" if parts else "")
+
+
 def print_matrix(report: Any, verbose: bool = False) -> None:
     """The verdict first, then one row per cell, the rare states, and any failure."""
     out = console()
@@ -98,19 +118,22 @@ def print_matrix(report: Any, verbose: bool = False) -> None:
         out.print(f"[red bold]BUG FOUND[/red bold] in cell {f.cell} after {f.seconds:.1f} s: "
                   f"{escape(f.kind)} (shrunk to {f.steps} steps)")
     elif report.interrupted:
-        out.print("[yellow bold]INTERRUPTED[/yellow bold]: no bug found in the part that ran")
+        out.print("[yellow bold]INTERRUPTED[/yellow bold]: the plan did not run to its end, "
+                  "so this is no verdict; nothing was found in the part that ran")
+    elif report.ran_short:
+        # "no bug found" is said only of a plan that ran to its end
+        out.print(f"[yellow bold]INCOMPLETE[/yellow bold] (exit 3): the time budget ended "
+                  f"after {report.examples} of the {report.intended_examples} examples the "
+                  f"plan intends ({report.seconds:.0f} s), so this is weaker than the plan's "
+                  "measured kill figures and no clean verdict; the default, the plan counted "
+                  "in examples (--total-examples), is the same run on any machine")
     else:
         gaps = (f"; [yellow]{len(report.unreached)} rare states never reached[/yellow], so "
                 "not a full check (see below)") if report.unreached else ""
-        out.print(f"[green bold]no bug found[/green bold] in {report.examples} examples, "
-                  f"{report.steps} steps, {len(report.cells)} cells, {report.seconds:.0f} s "
+        out.print(f"[green bold]no bug found[/green bold]: {_plan_ran(report)}, "
+                  f"{report.steps:,} steps, {len(report.cells)} cells, {report.seconds:.0f} s "
                   f"(seed {report.seed}){gaps}")
-    if report.ran_short:
-        out.print(f"[yellow]ran short[/yellow]: the machine was slow: {report.examples} of the "
-                  f"{report.intended_examples} examples the default campaign intends ran in "
-                  f"{report.seconds:.0f} s, so it was weaker than its measured kill figures; "
-                  f"run --total-examples {report.intended_examples} for the full work (the same "
-                  "run on any machine) or give it more --minutes")
+    out.print(checks_line(report), markup=False, soft_wrap=True)
     table = Table(title="default campaign: cells")
     for col, justify in (("cell", "left"), ("examples", "right"), ("steps", "right"),
                          ("rare states reached", "right"), ("last first reached at", "right")):

@@ -57,8 +57,11 @@ from kvpocket.model.config import GPU_LEVEL, CommitState, KVConfig, SeqStatus
 from kvpocket.model.logic import CONCRETE, Array, Term
 from kvpocket.model.pages import PAGE_ACTIONS, PageAction, Params, pocket_size_all
 from kvpocket.model.state import SCHEMA, SCHEMA_BY_NAME, Layout, State
+from kvpocket.verify.proofs.solver import limited
 
 NIL = -1
+# Resource units (`solver.py`) for one agreement query over a finite universe.
+EPR_RLIMIT = 100_000_000
 # Comparing an element with its sort's size is a membership test: `lay.seqs` is this.
 SIZE = 1 << 62
 
@@ -875,8 +878,7 @@ def simulation_failures(lay: Layout, s: State, action: str, params: dict[str, in
     d = derive(uni, alpha.instance(action, params), alpha.state(s))
     want = alpha.state(post)
     got = as_fields(uni, d.post)
-    solver = z3.Solver()
-    solver.set("timeout", 20_000)
+    solver = limited(z3.Solver(), EPR_RLIMIT)
     checks: list[tuple[str, Any]] = [(f"guard: {label}", g) for label, g in d.guard]
     for name, (dims, _) in field_shapes(uni.cfg).items():
         wf: Field = getattr(want, name)
@@ -898,7 +900,7 @@ def simulation_failures(lay: Layout, s: State, action: str, params: dict[str, in
     if solver.check() == z3.sat:
         return []
     for label, c in open_:  # name the parts that cannot hold
-        one = z3.Solver()
+        one = limited(z3.Solver(), EPR_RLIMIT)
         one.add(c)
         if one.check() != z3.sat:
             failures.append(label)

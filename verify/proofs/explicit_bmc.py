@@ -145,7 +145,7 @@ class _Successors:
 
 
 def explicit_bmc(lay: Layout, layer: str, depth: int, prefix: list[TraceStep] | None = None,
-                 max_states: int = DEFAULT_MAX_STATES, timeout_s: float = 600.0,
+                 max_states: int = DEFAULT_MAX_STATES,
                  props: Sequence[Invariant] | None = None, content: bool = False
                  ) -> BmcResult:
     """Search breadth-first for the shortest run (<= depth steps) that breaks a property
@@ -155,8 +155,8 @@ def explicit_bmc(lay: Layout, layer: str, depth: int, prefix: list[TraceStep] | 
 
     Same contract as `bmc.bmc`: the run starts in Init, or (API layer) in the state after
     `prefix`, and a trace found then starts with the prefix. "unknown" when more than
-    `max_states` states or `timeout_s` seconds would be needed; its depth is the last one
-    completed.
+    `max_states` states would be needed (a count, never a time: the same answer on any
+    machine); its depth is the last one completed.
     """
     t0 = time.perf_counter()
     head = record_prefix(lay, prefix) if prefix else []
@@ -207,9 +207,6 @@ def explicit_bmc(lay: Layout, layer: str, depth: int, prefix: list[TraceStep] | 
                     return result("unknown", k, [], [],
                                   f"more than {max_states} states by depth {k + 1}; use a "
                                   "smaller --depth or configuration")
-            if time.perf_counter() - t0 > timeout_s:
-                return result("unknown", k, [], [], f"timed out after {timeout_s:.0f} s "
-                              f"at depth {k + 1}")
         if not deeper:
             return result("proved", depth, [], [],
                           f"every reachable state seen by depth {k} ({len(parent)} states)")

@@ -45,6 +45,7 @@ from kvpocket.model.config import KVConfig, SeqStatus
 from kvpocket.model.invariants import INVARIANTS_BY_NAME
 from kvpocket.model.pages import PAGE_ACTIONS, pool_group
 from kvpocket.model.state import Layout, State, status
+from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_OK
 from kvpocket.verify.proofs.epr import (
     SCALARS,
     ActionInstance,
@@ -63,10 +64,14 @@ from kvpocket.verify.proofs.epr import (
     symbolic_state,
     uniform_state,
 )
+from kvpocket.verify.proofs.solver import limited
 
 PROVED, VIOLATED, UNKNOWN = "proved", "violated", "unknown"
-DEFAULT_TIMEOUT_MS = 30_000
-FIRST_TRY_MS = 4_000  # every proved query here takes well under a second
+# Resource units per query (`solver.py`): no proved query of the default shapes spends more
+# than about 90,000 (docs/performance.md), so the first try has 50x that, and a query
+# that needs more (a counterexample search, say) gets the full limit.
+DEFAULT_RLIMIT = 50_000_000
+FIRST_TRY_RLIMIT = 5_000_000
 
 
 # ---- a state with its reference counts -------------------------------------------------
@@ -468,17 +473,15 @@ class ParamOutcome:
     detail: str = ""
 
 
-def _solver(timeout_ms: int) -> Any:
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    return s
+def _solver(rlimit: int) -> Any:
+    return limited(z3.Solver(), rlimit)
 
 
-def check_init(cfg: KVConfig, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> ParamOutcome:
+def check_init(cfg: KVConfig, rlimit: int = DEFAULT_RLIMIT) -> ParamOutcome:
     t0 = time.perf_counter()
     uni = Universe(cfg)
     v = init_view(uni, Layout(cfg))
-    solver = _solver(timeout_ms)
+    solver = _solver(rlimit)
     solver.add(*uni.axioms())
     solver.add(z3.Not(z3.And(*[i.build(v) for i in PARAMETRIC_INVARIANTS])))
     r = solver.check()
@@ -487,7 +490,7 @@ def check_init(cfg: KVConfig, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> ParamOutc
                         detail="" if r != z3.unknown else solver.reason_unknown())
 
 
-def check_action(cfg: KVConfig, action: str, timeout_ms: int = DEFAULT_TIMEOUT_MS
+def check_action(cfg: KVConfig, action: str, rlimit: int = DEFAULT_RLIMIT
                  ) -> ParamOutcome:
     """Inv and the action's guard imply Inv after its effect, for every size."""
     t0 = time.perf_counter()
@@ -513,16 +516,16 @@ def check_action(cfg: KVConfig, action: str, timeout_ms: int = DEFAULT_TIMEOUT_M
                 continue
             out.queries += 1
             query = [*base, *step, z3.Not(goal)]
-            solver = _solver(min(timeout_ms, FIRST_TRY_MS))
+            solver = _solver(min(rlimit, FIRST_TRY_RLIMIT))
             solver.add(*query)
             r = solver.check()
             if r == z3.unsat:
                 continue
             # Sat, or no answer yet: look for a small finite model (a counterexample to
             # induction, and the readable one), then give the unbounded query its time.
-            model = small_model(uni, query, timeout_ms)
+            model = small_model(uni, query, rlimit)
             if model is None and r == z3.unknown:
-                solver = _solver(timeout_ms)
+                solver = _solver(rlimit)
                 solver.add(*query)
                 r = solver.check()
                 if r == z3.unsat:
@@ -545,11 +548,11 @@ def check_action(cfg: KVConfig, action: str, timeout_ms: int = DEFAULT_TIMEOUT_M
 SMALL_SIZES = (1, 2, 3, 4)  # real elements per sort tried for a readable counterexample
 
 
-def small_model(uni: Universe, query: list[Any], timeout_ms: int) -> Any:
+def small_model(uni: Universe, query: list[Any], rlimit: int) -> Any:
     """A model of the query with at most n elements per sort besides the distinguished
     ones (domain-closure axioms), for the smallest n that has one; None if none."""
     for n in SMALL_SIZES:
-        solver = _solver(timeout_ms)
+        solver = _solver(rlimit)
         solver.add(*query)
         for kind, srt in uni.sorts.items():
             elems = [z3.Const(f"elem_{kind}{i}", srt) for i in range(n)]
@@ -571,10 +574,10 @@ def _scalars(uni: Universe, s: State) -> State:
 
 
 def prove_parametric(cfg: KVConfig, actions: Iterable[str] | None = None,
-                     timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[ParamOutcome]:
+                     rlimit: int = DEFAULT_RLIMIT) -> list[ParamOutcome]:
     """Init and consecution of every action, for the configuration's shape at every size."""
     names = list(actions) if actions is not None else list(PAGE_ACTIONS)
-    return [check_init(cfg, timeout_ms), *(check_action(cfg, a, timeout_ms) for a in names)]
+    return [check_init(cfg, rlimit), *(check_action(cfg, a, rlimit) for a in names)]
 
 
 # ---- counterexamples --------------------------------------------------------------------
@@ -711,7 +714,9 @@ def run_parametric(configs: list[tuple[str, KVConfig]], json_path: str | None = 
     if json_path:
         Path(json_path).write_text(json.dumps({"parametric": rows, "seconds": round(total, 3)},
                                               indent=2) + "\n")
-    return 0 if counts[PROVED] == len(rows) else 1
+    if counts[PROVED] == len(rows):
+        return EXIT_OK
+    return EXIT_FOUND if counts[VIOLATED] else EXIT_INCOMPLETE
 
 
 # ---- the invariants on concrete states (agreement with the model's catalogue) ------------
@@ -746,7 +751,7 @@ def concrete_view(lay: Layout, s: State) -> View:
 def holds_concretely(lay: Layout, s: State, inv: PInvariant) -> bool:
     """Does the parametric statement hold in alpha(s)? (Z3 over the finite universe.)"""
     v = concrete_view(lay, s)
-    solver = _solver(DEFAULT_TIMEOUT_MS)
+    solver = _solver(DEFAULT_RLIMIT)
     solver.add(z3.Not(inv.build(v)))
     r = solver.check()
     if r == z3.unknown:

@@ -27,7 +27,8 @@ from typing import Any
 
 from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_life_cycle
 from kvpocket.model.state import Layout
-from kvpocket.verify.interrupts import EXIT_INTERRUPTED, quiet_worker, z3_leaves_ctrl_c_to_us
+from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
+from kvpocket.verify.interrupts import quiet_worker, z3_leaves_ctrl_c_to_us
 from kvpocket.verify.presets import ConfigFileError, is_config_file, load_config_file
 from kvpocket.verify.proofs.bounded import BmcResult, properties
 from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
@@ -164,7 +165,8 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
               json_path: str | None, out_dir: str, workers: int = DEFAULT_WORKERS,
               page_depth: int = DEFAULT_PAGE_DEPTH, verbose: bool = False,
               parametric: bool = False, engine: str = DEFAULT_ENGINE) -> int:
-    """Run the matrix; 0 if everything is proved, 1 on a violation, 2 on bad options.
+    """Run the matrix; 0 if everything is proved, 1 on a violation, 2 on bad options, 3
+    when nothing is violated but some obligation is unknown (a resource limit: `solver.py`).
 
     Prints a summary first (per configuration: proved/violated/unknown and time), then
     any counterexample; every obligation's row only with `verbose` (always in the JSON).
@@ -262,7 +264,9 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
         write_atomic(json_path, json.dumps(data, indent=2) + "\n")
     if interrupted:
         return EXIT_INTERRUPTED
-    return 1 if any(r.status == VIOLATED for r in rows) else 0
+    if any(r.status == VIOLATED for r in rows):
+        return EXIT_FOUND
+    return EXIT_INCOMPLETE if any(r.status == UNKNOWN for r in rows) else EXIT_OK
 
 
 def _prove_indexed(item: tuple[int, _Job]) -> tuple[int, tuple[list[Row], list[str], list[str]]]:

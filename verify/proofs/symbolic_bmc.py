@@ -38,7 +38,7 @@ from kvpocket.verify.proofs.bounded import (
     record_prefix,
     start_state,
 )
-from kvpocket.verify.proofs.solver import check, int_value, is_true
+from kvpocket.verify.proofs.solver import check, int_value, is_true, limited
 from kvpocket.verify.proofs.symbolic_exec import (
     ChoiceRecord,
     effect_state,
@@ -159,10 +159,13 @@ def _next_state(lay: Layout, pre: State, posts: list[tuple[Z3Term, State]], pref
                            for n, v in changes.items()})
 
 
+# Resource units per depth's check (`solver.py`): well above what the deepest default run
+# spends (docs/performance.md), so "unknown" means a search too big, never a slow machine.
+BMC_RLIMIT = 2_000_000_000
 INT_BITS = 12  # integers are signed 12-bit vectors in BMC; `_width_problem` keeps it exact
 
 
-def bmc(lay: Layout, layer: str, depth: int, timeout_ms: int = 600_000,
+def bmc(lay: Layout, layer: str, depth: int, rlimit: int = BMC_RLIMIT,
         prefix: list[TraceStep] | None = None) -> BmcResult:
     """Search for the shortest run (<= depth steps) that breaks an invariant.
 
@@ -178,8 +181,7 @@ def bmc(lay: Layout, layer: str, depth: int, timeout_ms: int = 600_000,
     state = start_state(lay, head) if head else lay.initial_state()
     props = properties(layer)
     policy = lay.cfg.pocket.policy.value
-    solver = z3.SolverFor("QF_BV")
-    solver.set("timeout", timeout_ms)
+    solver = limited(z3.SolverFor("QF_BV"), rlimit)
     steps: list[Step] = []
     solve = build = 0.0
     clock_bound = int(state.clock)

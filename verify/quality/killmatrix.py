@@ -36,8 +36,9 @@ def add_mutants_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the bug zoo (real-world bugs, verify/quality/zoo.py) under the default "
                              "campaign, instead of the seeded mutants")
     parser.add_argument("--budget", metavar="SECONDS", type=float, default=60.0,
-                        help="time budget per mutant for Z3 (and for the campaign with "
-                        "--examples 0) (default 60)")
+                        help="time budget per mutant for the campaign with --examples 0 "
+                        "(default 60; Z3 and BMC are limited in resource units and states, "
+                        "never seconds)")
     parser.add_argument("--examples", metavar="N", type=int, default=None,
                         help="the default campaign's example budget per mutant (default: "
                         "the examples the default campaign intends, so the verdict is the "
