@@ -27,6 +27,7 @@ TOPS = ("model", "impl", "verify")
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("model",),
     ("impl",),
+    ("verify.exits",),  # the exit statuses every command and engine returns
     # Below every engine: named configurations, bug switching, Ctrl-C handling, option
     # checks, progress lines, this file.
     ("verify", "verify.presets", "verify.patching", "verify.interrupts", "verify.usage",

@@ -60,13 +60,17 @@ def test_prove_interrupted(tmp_path: Path) -> None:
 
 
 def test_mutants_interrupted_is_no_verdict(tmp_path: Path) -> None:
-    r = interrupt(["mutants", "--zoo", "--only", "zoo-resume-no-pin", "--budget", "600",
-                   "--json", "m.json"], tmp_path)
+    # The whole zoo (minutes), so the Ctrl-C lands inside it whatever the machine's speed:
+    # the bugs finished before it keep their verdicts, the one cut has none.
+    from kvpocket.verify.quality.zoo import ZOO
+
+    r = interrupt(["mutants", "--zoo", "--json", "m.json"], tmp_path)
     assert r.returncode == 130, r.stderr
     assert "survived" not in r.stdout and "INTERRUPTED" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr
     data = json.loads((tmp_path / "m.json").read_text())
-    assert data["interrupted"] is True and data["mutants"] == []
+    assert data["interrupted"] is True and len(data["mutants"]) < len(ZOO)
+    assert all(m["killed"] for m in data["mutants"]), data["mutants"]
 
 
 def test_bench_interrupted_writes_the_rows_that_ran(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from kvpocket.model.overrides import overriding
 from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify import patching
 from kvpocket.verify.bench.suite import add_bench_arguments, run_bench
+from kvpocket.verify.cli.verdict import ReportError, combine, read_verdict
 from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from kvpocket.verify.interrupts import interrupt_scope, was_interrupted, z3_leaves_ctrl_c_to_us
 from kvpocket.verify.presets import (
@@ -570,8 +571,6 @@ def _verdict_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_verdict(args: argparse.Namespace) -> int:
     """One line combining several reports' verdicts; exits with the worst of them."""
-    from kvpocket.verify.cli.verdict import ReportError, combine, read_verdict
-
     try:
         verdicts = [read_verdict(Path(p)) for p in args.reports]
     except ReportError as exc:

@@ -82,6 +82,12 @@ def print_campaign(report: Any) -> None:
         gap = " (coverage gap)" if name in report.coverage_gaps else ""
         rare.add_row(name + gap, str(n))
     out.print(rare)
+    if not report.failures and not getattr(report, "interrupted", False):
+        gaps = f"; [yellow]coverage gaps[/yellow]: {', '.join(report.coverage_gaps)}" \
+            if report.coverage_gaps else ""
+        out.print(f"[green bold]no bug found[/green bold] in {report.examples:,} examples, "
+                  f"{report.steps:,} steps{gaps}")
+    out.print(checks_line(report), markup=False, soft_wrap=True)
     for f in report.failures:
         first = f.message.splitlines()[0] if f.message else "failure"
         out.print(f"[red]failure[/red] after {f.steps} steps: {escape(first)}")

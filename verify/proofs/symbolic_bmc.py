@@ -159,9 +159,10 @@ def _next_state(lay: Layout, pre: State, posts: list[tuple[Z3Term, State]], pref
                            for n, v in changes.items()})
 
 
-# Resource units per depth's check (`solver.py`): well above what the deepest default run
-# spends (docs/performance.md), so "unknown" means a search too big, never a slow machine.
-BMC_RLIMIT = 2_000_000_000
+# Resource units per depth's check (`solver.py`): 10x what the hardest default run spends
+# (306 M, the unsafe policy's depth-7 check on gpu-host; docs/performance.md), so
+# "unknown" means a search too big, never a slow machine.
+BMC_RLIMIT = 3_000_000_000
 INT_BITS = 12  # integers are signed 12-bit vectors in BMC; `_width_problem` keeps it exact
 
 
