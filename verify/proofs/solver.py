@@ -18,8 +18,8 @@ import z3
 from kvpocket.verify.proofs.z3ops import Z3Term, py_int, to_z3
 
 # The most one induction query of `kvpocket prove` spends is about 23 M units (measured
-# over the whole default matrix); 10x that leaves room for a harder configuration, and is
-# about a minute of Z3 on a 2-core machine, the limit that was once given in seconds.
+# over the whole default matrix); 10x that leaves room for a harder configuration (about
+# 20 s of Z3 on a quiet 2-core machine).
 DEFAULT_RLIMIT = 250_000_000
 
 
