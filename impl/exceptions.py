@@ -146,5 +146,10 @@ class SimulatorError(KVPocketError):
     """The stream simulator was driven into an impossible state (e.g. deadlock)."""
 
 
+class RaceError(SimulatorError):
+    """The simulator's race detector (`race_check=True`) found two accesses of a slot, one
+    a write, that no event, wait or host synchronisation orders: a race on a GPU."""
+
+
 class ManagerShutdownError(KVPocketError):
     """The manager was shut down; no further operation is allowed."""

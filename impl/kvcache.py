@@ -146,9 +146,10 @@ class KVCache:
 
     def page_table(self, lc: int) -> Any:
         """The page-index table of a life cycle (int32, `max_blocks` long, BAD = -1):
-        a NumPy view on the NumPy backend, a device array on CuPy."""
+        a NumPy view on the NumPy backend, a device array on CuPy (and a separate copy on
+        the simulator's device-mirror mode, synced by the same path)."""
         self._check_lc(lc)
-        if self._backend.name == "numpy":
+        if not self._backend.device_copies:
             return self.index[lc]
         if self._index_dirty or self._device_index is None:
             # On the sequence's stream: ordered before its next kernels, and a freed table is

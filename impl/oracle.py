@@ -295,7 +295,7 @@ class DecodeOracle:
         # expected rows were last brought up to date (None: too many to list)
         self._stale: list[int] | None = []
         self._exp = np.zeros((0, self._nlc, 0, self.ept), dtype=np.uint32)
-        self._mirror: Any = None  # device copy of `_exp` (CuPy only)
+        self._mirror: Any = None  # device copy of `_exp` (where `backend.device_copies`)
         self._dirty: tuple[int, int] | None = None  # positions changed since the upload
         self._consts: Any = None  # device copies of cols / rep
         # window masks: [lo * (t + 1) + hi, o] = lo <= o < hi
@@ -379,18 +379,20 @@ class DecodeOracle:
 
     def _device_consts(self) -> tuple[Any, Any, Any]:
         """(expected table, cols, rep) as arrays of the backend's module; on CuPy the table
-        upload runs on the current stream (the oracle's)."""
+        upload runs on the current stream (the oracle's). On the simulator's device-mirror
+        mode the same path keeps a separate copy (a missed upload then shows on the CPU)."""
         xp = self.xp
-        if xp is np:
+        if not self.backend.device_copies:
             return self._exp, self.cols, self.rep
+        upload: Callable[[Any], Any] = np.array if xp is np else xp.asarray  # np: a copy
         if self._mirror is None:
-            self._mirror = xp.asarray(self._exp)
+            self._mirror = upload(self._exp)
         elif self._dirty is not None:
             lo, hi = self._dirty
-            self._mirror[:, :, lo:hi] = xp.asarray(np.ascontiguousarray(self._exp[:, :, lo:hi]))
+            self._mirror[:, :, lo:hi] = upload(np.ascontiguousarray(self._exp[:, :, lo:hi]))
         self._dirty = None
         if self._consts is None:
-            self._consts = (xp.asarray(self.cols), xp.asarray(self.rep))
+            self._consts = (upload(self.cols), upload(self.rep))
         cols, rep = self._consts
         return self._mirror, cols, rep
 

@@ -14,7 +14,8 @@ from .numpy_sim import NumpyBackend, StreamSimulator
 from .protocol import Access, Backend, EventRef, StreamRef
 
 _GPU_OK: bool | None = None
-_CUPY_OPTIONS = ("disk_dir", "copy_mode")  # simulator-only options (eager, race_check) drop
+# The simulator-only options (eager, race_check, device_mirror) drop on CuPy.
+_CUPY_OPTIONS = ("disk_dir", "copy_mode")
 
 
 def _probe_gpu() -> bool:

@@ -66,6 +66,7 @@ def use_runs(runs: list[tuple[int, int, int]], row_bytes: int, mode: str) -> boo
 
 class CupyBackend:
     name = "cupy"
+    device_copies = True
 
     def __init__(self, disk_dir: str | None = None, device: int = 0,
                  copy_mode: str = "auto") -> None:

@@ -28,10 +28,16 @@ Race detection (`race_check=True`): work may declare the pool slots it reads
 and writes (`enqueue(..., reads=, writes=)`; copies declare theirs). The
 simulator keeps a vector clock per stream (program order, event waits, the
 legacy rules above, and what the host has observed complete through
-`synchronize`/`query`/`drain`) and raises `SimulatorError` at enqueue time when
-an access conflicts with an earlier one (at least one write) that does not
+`synchronize`/`query`/`drain`) and raises `RaceError` (a `SimulatorError`) at enqueue
+time when an access conflicts with an earlier one (at least one write) that does not
 happen before it. That is a race on real hardware *whatever* the interleaving,
 so it is caught even in eager mode, where the fixed drain order would hide it.
+
+Device-mirror mode (`NumpyBackend(device_mirror=True)`): `device_table` returns a separate
+copy, as an upload to a GPU does, instead of the host array itself. Every table a kernel
+reads then goes through the path the CuPy backend takes (a dirty flag, an upload where
+CuPy uploads), so a host change that is never uploaded leaves the copy stale on the CPU
+too, where the lockstep compares it with the model (`lockstep.py: _mirror_differences`).
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from ..exceptions import SimulatorError
+from ..exceptions import RaceError, SimulatorError
 from .protocol import Access, EventRef, StreamRef
 
 Clock = dict[int, int]  # stream id -> number of that stream's items known complete
@@ -243,12 +249,12 @@ class StreamSimulator:
         return t.stream == s.id or s.clock.get(t.stream, 0) > t.item
 
     def _race(self, kind: str, buf: int, slot: int, s: _SimStream, label: str,
-              other: _Touch, other_kind: str) -> SimulatorError:
+              other: _Touch, other_kind: str) -> RaceError:
         name = self._names.get(buf, f"buffer@{buf:#x}")
         o_name = self.stream_name(other.stream)
         o = self._streams.get(other.stream)
         legacy = s.legacy or (o is not None and o.legacy)
-        return SimulatorError(
+        return RaceError(
             f"race on {name}[{slot}]: {kind} by {label!r} on stream {s.name!r} is not ordered "
             f"after the {other_kind} by {other.label!r} on stream {o_name!r} (no event/wait "
             f"chain or host synchronisation between them; "
@@ -379,14 +385,16 @@ class NumpyBackend:
 
     `race_check=True` turns on the simulator's race detector: copies declare their
     slots, and `launch` takes `reads=`/`writes=` declarations (see the module doc).
+    `device_mirror=True`: `device_table` returns a separate copy (the module doc).
     """
 
     name = "numpy"
     xp: Any = np
 
     def __init__(self, eager: bool = True, disk_dir: str | None = None,
-                 race_check: bool = False) -> None:
+                 race_check: bool = False, device_mirror: bool = False) -> None:
         self.sim = StreamSimulator(eager=eager, race_check=race_check)
+        self.device_copies = device_mirror
         self._next_event = 0
         self._disk_dir = disk_dir
         self._tmpdirs: list[tempfile.TemporaryDirectory[str]] = []
@@ -501,7 +509,8 @@ class NumpyBackend:
         return np.array(arr, copy=True)
 
     def device_table(self, host: np.ndarray[Any, Any], stream: StreamRef | None = None) -> Any:
-        return host
+        # The upload is complete at once: the simulator runs no kernel between host and copy.
+        return np.array(host, copy=True) if self.device_copies else host
 
     def close(self) -> None:
         for td in self._tmpdirs:

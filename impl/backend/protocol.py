@@ -23,7 +23,9 @@ Ordering contract (which stream every access to a pool is ordered on):
   touch data written that way, call `join_current()`; before the host reads pool
   data, call `synchronize_all()` (or `to_numpy`, which does).
 * `device_table` returns a device copy whose upload is complete (or, given a stream,
-  ordered on that stream).
+  ordered on that stream). Where it is a separate copy (`device_copies`: CuPy, and the
+  simulator's device-mirror mode) a table the host changes must be uploaded again before a
+  kernel reads it: the caller keeps a dirty flag (`KVCache.page_table`).
 
 On the simulator, `NumpyBackend(race_check=True)` reports a violation of this
 contract (an access not ordered after a conflicting one) as `SimulatorError`.
@@ -75,6 +77,9 @@ class Backend(Protocol):
 
     name: str
     xp: Any  # numpy or cupy: the array module kernels use
+    # True when `device_table` returns a separate copy (a GPU; the simulator with
+    # `device_mirror=True`), False when it returns the host array itself.
+    device_copies: bool
 
     def create_pool(self, level: int, num_slots: int, slot_elems: int, dtype: Any) -> Any:
         """Slot storage for one (level, pool group): shape (num_slots, slot_elems).
@@ -147,7 +152,8 @@ class Backend(Protocol):
         ...
 
     def device_table(self, host: np.ndarray[Any, Any], stream: StreamRef | None = None) -> Any:
-        """A device-resident copy of a host int32 index table (the same array on NumPy).
+        """A device-resident copy of a host int32 index table (the same array on NumPy,
+        unless `device_copies`).
 
         With `stream`: uploaded and allocated on that stream, ordered before the work
         enqueued there next, with no host wait (what a consumer on one stream wants).

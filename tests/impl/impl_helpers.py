@@ -76,3 +76,44 @@ def decode_under_pressure(mgr: KVCacheManager, oracle: DecodeOracle, steps: int,
         if after_step is not None:
             after_step(step)
     return kvs
+
+
+def page_tables_through_steps(mgr: KVCacheManager) -> tuple[int, list[str]]:
+    """Two sequences through several steps (decode past the window with the pocket popping,
+    suspend, pressure, resume, a jump, close); after each, every life cycle's page table
+    as a kernel reads it (`page_table`, on the device where the backend keeps a copy)
+    against the host index. Returns (tables read, differences)."""
+    kvs = [mgr.create(0), mgr.create(1)]
+    read, bad = 0, []
+
+    def look(what: str) -> None:
+        nonlocal read
+        for kv in kvs:
+            if kv.status.name == "CLOSED":
+                continue
+            for lc in range(mgr.cfg.num_life_cycles):
+                got = [int(x) for x in mgr.backend.to_numpy(kv.page_table(lc)).tolist()]
+                read += 1
+                if got != kv.index[lc].tolist():
+                    bad.append(f"after {what}: seq {kv.seq_id} lc {lc}: {got} != "
+                               f"{kv.index[lc].tolist()}")
+
+    for kv in kvs:
+        assert kv.resume()
+        kv.stop_committing()
+    look("resume")
+    for h in range(1, 10):
+        for kv in kvs:
+            assert kv.resize(h + 1, h)
+        look(f"decode to {h}")
+    kvs[0].suspend()
+    look("suspend")
+    mgr.pressure(0, 0, 2)
+    look("pressure")
+    assert kvs[0].resume()
+    look("resume after pressure")
+    assert kvs[1].resize(16, 11)  # several blocks at once
+    look("grow")
+    kvs[1].close()
+    look("close")
+    return read, bad

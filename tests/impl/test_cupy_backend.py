@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from impl_helpers import GPU_SKIP, assert_clean, decode_under_pressure, swa_config
+from impl_helpers import (
+    GPU_SKIP,
+    assert_clean,
+    decode_under_pressure,
+    page_tables_through_steps,
+    swa_config,
+)
 
 from kvpocket.impl import KVCacheManager, make_backend
 from kvpocket.impl.oracle import DecodeOracle
@@ -148,3 +154,14 @@ def test_decode_with_migration_and_pocket_on_gpu() -> None:
     for kv in kvs:
         kv.close()
     assert not mgr.shutdown()
+
+
+def test_page_tables_stay_synced_through_many_steps() -> None:
+    """The device table is read after every step (not once): each change of the index must
+    reach the copy the kernels read (the same walk runs on the simulator's device-mirror
+    mode, tests/impl/test_manager.py)."""
+    mgr = KVCacheManager(swa_config(window=5, slots=(24, 24), pocket=True, full=True),
+                         backend="cupy")
+    read, bad = page_tables_through_steps(mgr)
+    assert bad == [] and read >= 40, (read, bad)
+    mgr.shutdown()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pytest
-from impl_helpers import assert_clean, swa_config
+from impl_helpers import assert_clean, page_tables_through_steps, swa_config
 
 from kvpocket.impl import (
     CapacityError,
@@ -15,6 +16,7 @@ from kvpocket.impl import (
     HistoryDecreaseError,
     KVCacheManager,
     LeakError,
+    NumpyBackend,
     OutOfPagesError,
     SequenceClosedError,
     SequenceStateError,
@@ -350,3 +352,24 @@ def test_a_stream_with_queued_work_is_released_once_it_ran() -> None:
     assert backend.sim.pending(kv.stream.id) == 0
     assert kv.stream.id not in {s for s in backend.sim.runnable()}
     assert mgr.check_invariants() == []
+
+
+def test_device_mirror_mode_keeps_a_separate_synced_page_table() -> None:
+    """`NumpyBackend(device_mirror=True)`: `page_table` is a copy, synced by the path the
+    CuPy backend takes (a dirty flag, an upload on the next read), so a change of the
+    index that skips the flag shows on the CPU as a stale table."""
+    cfg = swa_config(window=5, slots=(24, 24), pocket=True, full=True)
+    plain = KVCacheManager(cfg)
+    kv = plain.create(0)
+    assert kv.resume() and np.shares_memory(kv.page_table(0), kv.index)  # the host array
+    mgr = KVCacheManager(cfg, backend=NumpyBackend(device_mirror=True))
+    read, bad = page_tables_through_steps(mgr)
+    assert bad == [] and read >= 40, (read, bad)
+    kv = mgr.create(2)
+    assert kv.resume() and kv.resize(4, 3)
+    table = kv.page_table(0)
+    assert not np.shares_memory(table, kv.index) and table.tolist() == kv.index[0].tolist()
+    kv.index[0, 0] = 7  # a write that skips `_set_index` (no dirty flag) ...
+    assert int(kv.page_table(0)[0]) != 7  # ... never reaches the copy a kernel reads
+    assert kv.resize(6, 5)  # a change through the index path uploads the whole table
+    assert kv.page_table(0).tolist() == kv.index[0].tolist()

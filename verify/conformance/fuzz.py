@@ -24,7 +24,7 @@ from hypothesis.stateful import get_state_machine_test
 from kvpocket.model import overrides
 from kvpocket.model.config import KVConfig, PocketPolicy
 from kvpocket.verify import interrupts, patching
-from kvpocket.verify.conformance.lockstep import RARE_STATES
+from kvpocket.verify.conformance.lockstep import CHECKS, RARE_STATES
 from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
 from kvpocket.verify.conformance.progress import CampaignProgress
 from kvpocket.verify.conformance.replay import OVERRIDES_KEY, replay
@@ -126,6 +126,8 @@ class CampaignReport:
     # Rare state -> the 1-based index of the first example that reached it (in the order
     # this worker ran its examples).
     first_reached: dict[str, int] = field(default_factory=dict)
+    # Check (`lockstep.CHECKS`) -> the examples that ran it.
+    checks: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,6 +154,8 @@ class CampaignSpec:
     # of these policies; `cfg` then only names the campaign's policy.
     draw_policies: tuple[PocketPolicy, ...] = ()
     event_log_every: int = 0  # every k-th example also checks the event log (0: none)
+    race_check: bool = True  # the simulator's race detector, in every example
+    device_mirror: bool = True  # the simulator keeps device copies of what kernels read
 
 
 def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]],
@@ -168,6 +172,8 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
                              **({OVERRIDES_KEY: spec_mutant} if spec_mutant else {})}
     if event_log:
         extra["event_log"] = True  # replay checks the event log too
+    if spec.backend == "numpy":  # and runs the simulator in the modes the example ran in
+        extra.update({k: True for k in ("race_check", "device_mirror") if getattr(spec, k)})
     shrunk = Trace(cfg or spec.cfg, [TraceStep(a, p) for a, p in trace], source="fuzz",
                    backend=spec.backend, eager=False, extra=extra)
     t = minimize(shrunk)
@@ -210,11 +216,13 @@ def run_worker(spec: CampaignSpec, progress: Any = None) -> CampaignReport:
     if spec.draw_policies:
         machine = drawn_machine_for(spec.draw_policies, backend=spec.backend,
                                     event_log_every=spec.event_log_every,
-                                    event_log_offset=spec.seed)
+                                    event_log_offset=spec.seed, race_check=spec.race_check,
+                                    device_mirror=spec.device_mirror)
     else:
         machine = machine_for(spec.cfg, backend=spec.backend,
                               event_log_every=spec.event_log_every,
-                              event_log_offset=spec.seed)
+                              event_log_offset=spec.seed, race_check=spec.race_check,
+                              device_mirror=spec.device_mirror)
     db = open_database(spec.database, spec.namespace)
     report = CampaignReport(spec.config_name, spec.cfg.pocket.policy.value, spec.backend,
                             spec.seed, 1)
@@ -283,6 +291,13 @@ def _absorb(report: CampaignReport, rare: Counter[str]) -> None:
     report.steps += STATS.steps
     rare.update(STATS.rare)
     report.max_pocket_occupancy = max(report.max_pocket_occupancy, STATS.max_pocket)
+    add_checks(report.checks, STATS.checks)
+
+
+def add_checks(into: dict[str, int], more: dict[str, int]) -> None:
+    """Add examples per check (every check of `lockstep.CHECKS` named, in that order)."""
+    for name in CHECKS:
+        into[name] = into.get(name, 0) + more.get(name, 0)
 
 
 def _finish(report: CampaignReport, rare: Counter[str], spec: CampaignSpec, start: float
@@ -342,6 +357,7 @@ def merge(reports: list[CampaignReport], spec: CampaignSpec, seconds: float) -> 
         rare.update(r.rare_states)
         out.max_pocket_occupancy = max(out.max_pocket_occupancy, r.max_pocket_occupancy)
         out.interrupted = out.interrupted or r.interrupted
+        add_checks(out.checks, r.checks)
         for name, index in r.first_reached.items():  # the earliest in any worker's order
             out.first_reached[name] = min(index, out.first_reached.get(name, index))
     out.seconds = seconds

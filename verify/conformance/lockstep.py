@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kvpocket.impl.backend.numpy_sim import NumpyBackend
-from kvpocket.impl.exceptions import UnknownLifeCycleError
+from kvpocket.impl.exceptions import RaceError, UnknownLifeCycleError
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.impl.snapshot import Where, choice_labels, page_locations
@@ -46,6 +46,7 @@ from kvpocket.verify.conformance.adapter import (
 )
 from kvpocket.verify.conformance.views import (
     counter_differences,
+    mirror_differences,
     occupied_slots,
     view_differences,
 )
@@ -54,6 +55,11 @@ from kvpocket.verify.traces.trace import Event, EventStream, TraceError
 from kvpocket.verify.traces.tracecheck import EventChecker
 
 UNUSED_ID_BASE = 1_000_000  # implementation id used for a model slot never created
+RACE = "race detector: accesses not ordered"  # the Divergence kind of a race found
+MIRROR = "device mirror: a page table differs"  # ... of a kernel's table that disagrees
+# The checks an example may run besides the model comparison (a campaign counts the
+# examples that ran each one: `CampaignReport.checks`).
+CHECKS = ("data oracle", "views", "event log", "race detector", "device mirror")
 
 
 class Divergence(AssertionError):
@@ -129,17 +135,26 @@ class Lockstep:
     """Implementation and model in lockstep on one configuration."""
 
     def __init__(self, cfg: KVConfig, backend: str = "numpy", eager: bool = True,
-                 check_data: bool = True, check_event_log: bool = False) -> None:
+                 check_data: bool = True, check_event_log: bool = False,
+                 race_check: bool = False, device_mirror: bool = False) -> None:
         self.cfg = cfg
         # kvpocket's implementation is the `lru` engine: its lockstep checks that profile too
         # (victim order, pocket pop order), not just the safety spec
         self.model = Model(cfg.with_order(Order.LRU))
-        options = {"eager": eager} if backend == "numpy" else {}
+        # The simulator's race detector and device-mirror mode (`numpy_sim.py`); a GPU has
+        # neither switch: it always keeps device copies, and races are its own.
+        options = {"eager": eager, "race_check": race_check,
+                   "device_mirror": device_mirror} if backend == "numpy" else {}
         self.log_check = EventLogCheck(cfg) if check_event_log else None
         self.impl = KVCacheManager(cfg, backend=backend, slot_elems=max(8, cfg.tokens_per_block),
                                    backend_options=options,
                                    event_log=self.log_check.sink if self.log_check else None)
         self.oracle = DecodeOracle(self.impl) if check_data else None
+        simulated = isinstance(self.impl.backend, NumpyBackend)
+        on = {"data oracle": check_data, "views": True, "event log": check_event_log,
+              "race detector": race_check and simulated,
+              "device mirror": self.impl.backend.device_copies}
+        self.checks = tuple(name for name in CHECKS if on[name])  # what this lockstep runs
         self.impl_id: dict[int, int] = {}  # model slot -> implementation id (current)
         self.next_id = 0
         self.written: dict[int, int] = {}  # model slot -> next token position to write
@@ -187,6 +202,8 @@ class Lockstep:
         self.impl.transactions.reset_choices()  # a call rejected before it starts records nothing
         try:
             impl_out = impl_outcome(lambda: call_impl(self, action, params))
+        except RaceError as exc:  # unordered accesses: a race on a GPU, whatever the order
+            raise Divergence(n, RACE, [f"{action}({_fmt(params)})", str(exc)]) from exc
         except Exception as exc:  # not an API error: the implementation broke
             raise Divergence(n, "the implementation crashed", [
                 f"{action}({_fmt(params)})", *_traceback_tail(exc)]) from exc
@@ -222,6 +239,8 @@ class Lockstep:
                     f"after {action}({_fmt(params)})", *bad_counters, *self._choices_lines()])
         except Divergence:
             raise
+        except RaceError as exc:  # the oracle's own reads and writes race the manager's
+            raise Divergence(n, RACE, [f"after {action}({_fmt(params)})", str(exc)]) from exc
         except Exception as exc:
             raise Divergence(n, "the implementation crashed", [
                 f"after {action}({_fmt(params)}), while checking it", *_traceback_tail(exc)]
@@ -275,6 +294,10 @@ class Lockstep:
             bad_query += view_differences(self.impl, self.cfg, a_model, self.impl_id)
         if bad_query:
             raise Divergence(n, "the implementation's queries differ", [where, *bad_query])
+        # What a kernel would read, every step: a missed upload changes nothing in the model.
+        bad_mirror = mirror_differences(self.impl, self.cfg, a_model, self.impl_id)
+        if bad_mirror:
+            raise Divergence(n, MIRROR, [where, *bad_mirror])
         if self.oracle is not None:
             self._collect_data(n, where)
 

@@ -41,6 +41,7 @@ from kvpocket.verify import interrupts, patching
 from kvpocket.verify.conformance.fuzz import (
     CampaignReport,
     CampaignSpec,
+    add_checks,
     expected_rare_states,
     init_worker,
     run_worker,
@@ -142,6 +143,7 @@ class CellStats:
     # Rare state -> the cell's example (1-based, in planned order) that first reached it.
     first_reached: dict[str, int] = field(default_factory=dict)
     steered: int = 0  # extra slices steering gave the cell
+    checks: dict[str, int] = field(default_factory=dict)  # check -> the cell's examples that ran it
 
 
 @dataclass
@@ -162,6 +164,7 @@ class MatrixReport:
     total_examples: int | None = None  # the example budget, when the run had one
     intended_examples: int = DEFAULT_EXAMPLES  # the work the default campaign is meant to do
     ran_short: bool = False  # a timed run ended before doing the intended work (slow machine)
+    checks: dict[str, int] = field(default_factory=dict)  # check -> examples that ran it
 
     @property
     def steps_per_second(self) -> float:
@@ -208,7 +211,8 @@ def matrix_cells(policy: str | None = None, cells: tuple[Cell, ...] = DEFAULT_MA
 
 def _slice_spec(cell: Cell, rnd: int, part: int, seed: int, examples: int, out_dir: str,
                 profile: str, steps: int | None, backend: str, database: str | None,
-                event_log_every: int) -> CampaignSpec:
+                event_log_every: int, race_check: bool = True, device_mirror: bool = True
+                ) -> CampaignSpec:
     draw = () if not cell.drawn else (
         (PocketPolicy.REVALIDATE,) if cell.policy == OFF else (PocketPolicy.parse(cell.policy),))
     return CampaignSpec(cell.config_name, cell.config(), profile=profile, examples=examples,
@@ -217,7 +221,8 @@ def _slice_spec(cell: Cell, rnd: int, part: int, seed: int, examples: int, out_d
                         tag=f"{cell.config_name}-{cell.policy}-{seed}-r{rnd}"
                         + (f"-{part}" if part else ""),
                         namespace=cell.name, draw_policies=draw,
-                        event_log_every=event_log_every)
+                        event_log_every=event_log_every, race_check=race_check,
+                        device_mirror=device_mirror)
 
 
 def steering_slices(stats: CellStats) -> int:
@@ -241,11 +246,13 @@ def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
                keep_going: bool = False,
                on_slice: Callable[[str, CampaignReport], None] | None = None,
                total_examples: int | None = None,
-               event_log_every: int = EVENT_LOG_EVERY) -> MatrixReport:
+               event_log_every: int = EVENT_LOG_EVERY, race_check: bool = True,
+               device_mirror: bool = True) -> MatrixReport:
     """Run the matrix until `budget_s` seconds are spent, or (with `total_examples`) until
     that many examples in all have run, on the same plan a timed run follows (the same
     run on every machine), or (with `examples_per_cell`) exactly that many examples per
-    cell in fixed slices. Stops at the first failure unless `keep_going`. Raises
+    cell in fixed slices. `race_check` and `device_mirror` switch the simulator's checks
+    (on in every example by default). Stops at the first failure unless `keep_going`. Raises
     `CampaignUsageError` for a usage problem Hypothesis reports (a health check), never
     reporting it as a found bug."""
     chosen = matrix_cells(policy, cells)
@@ -282,7 +289,7 @@ def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
                 if n <= 0:
                     continue
                 spec = _slice_spec(c, rnd, part, seed, n, out_dir, profile, steps, backend,
-                                   database, event_log_every)
+                                   database, event_log_every, race_check, device_mirror)
                 out.append(Slice(c, spec, planned, cell_before))
                 planned += n
                 cell_before += n
@@ -305,6 +312,8 @@ def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
             stats.first_reached[name] = min(at, stats.first_reached.get(name, at))
         report.examples += r.examples
         report.steps += r.steps
+        add_checks(stats.checks, r.checks)
+        add_checks(report.checks, r.checks)
         for f in r.failures:
             report.failures.append(MatrixFailure(
                 sl.cell.name, f.message, f.trace, f.test, f.steps, time.monotonic() - start,

@@ -55,7 +55,8 @@ def replay(trace: Trace, backend: str | None = None) -> ReplayResult:
     bugs on (`kvpocket replay` switches them on; so does its pytest reproducer): otherwise
     TraceError, never a replay of the correct implementation that passes. A trace whose
     header says `"event_log": true` (its campaign example checked the event log) has the
-    implementation's event log checked at every step too."""
+    implementation's event log checked at every step too; one whose header says
+    `"race_check": true` or `"device_mirror": true` runs the simulator in that mode."""
     missing = patching.missing_bugs(trace.extra)
     if missing:
         raise TraceError(f"the trace was recorded with seeded bug(s) {', '.join(missing)} "
@@ -69,7 +70,9 @@ def replay(trace: Trace, backend: str | None = None) -> ReplayResult:
     if any(s.layer == "page" for s in trace.steps):
         return _replay_page_layer(trace)
     ls = Lockstep(trace.config, backend=backend or trace.backend, eager=trace.eager,
-                  check_event_log=bool(trace.extra.get("event_log", False)))
+                  check_event_log=bool(trace.extra.get("event_log", False)),
+                  race_check=bool(trace.extra.get("race_check", False)),
+                  device_mirror=bool(trace.extra.get("device_mirror", False)))
     default_policy = ls.impl.slot_policy
     for i, step in enumerate(trace.steps):
         forced = [int(v) for k, v in step.choices if k == "slot"]

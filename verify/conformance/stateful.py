@@ -37,6 +37,7 @@ class CampaignStats:
     failure: tuple[Trace, str] | None = None  # the last failing trace (the shrunk one)
     failure_config: KVConfig | None = None  # its configuration (drawn or the machine's)
     failure_event_log: bool = False  # its example checked the event log too
+    checks: Counter[str] = field(default_factory=Counter)  # check -> examples that ran it
     on_step: Callable[[int], None] | None = None  # progress hook set by the runner
     # Rare state -> the 1-based index (in this batch) of the first example reaching it.
     first_reached: dict[str, int] = field(default_factory=dict)
@@ -45,6 +46,7 @@ class CampaignStats:
         self.examples, self.steps, self.max_pocket, self.failure = 0, 0, 0, None
         self.failure_config, self.failure_event_log = None, False
         self.rare.clear()
+        self.checks.clear()
         self.first_reached.clear()
 
 
@@ -61,6 +63,10 @@ class LockstepMachine(RuleBasedStateMachine):
     # each line with `kvpocket trace check`'s checker (`Lockstep(check_event_log=True)`).
     event_log_every: ClassVar[int] = 0
     event_log_offset: ClassVar[int] = 0  # which examples: those with (index + offset) % k == 0
+    # The simulator's race detector and device-mirror mode, in every example: each costs
+    # a few per cent of a step (docs/performance.md), too little to leave any example out.
+    race_check: ClassVar[bool] = True
+    device_mirror: ClassVar[bool] = True
     ls: Lockstep
 
     def __init__(self) -> None:
@@ -84,7 +90,9 @@ class LockstepMachine(RuleBasedStateMachine):
     def _open(self, cfg: KVConfig) -> None:
         self.cfg = cfg
         self.ls = Lockstep(cfg, backend=self.backend, eager=self.eager,
-                           check_event_log=self.check_event_log)
+                           check_event_log=self.check_event_log, race_check=self.race_check,
+                           device_mirror=self.device_mirror)
+        STATS.checks.update(self.ls.checks)
 
     # ---- plumbing ------------------------------------------------------------------------
     def _step(self, action: str, params: dict[str, Any]) -> None:
@@ -530,17 +538,19 @@ class LockstepMachine(RuleBasedStateMachine):
 
 
 def machine_for(cfg: KVConfig, backend: str = "numpy", eager: bool = False,
-                event_log_every: int = 0, event_log_offset: int = 0
-                ) -> type[LockstepMachine]:
+                event_log_every: int = 0, event_log_offset: int = 0, race_check: bool = True,
+                device_mirror: bool = True) -> type[LockstepMachine]:
     """A machine class bound to a configuration (Hypothesis machines take no arguments)."""
     return type("LockstepMachine", (LockstepMachine,), {
         "cfg": cfg, "backend": backend, "eager": eager, "event_log_every": event_log_every,
-        "event_log_offset": event_log_offset, "__module__": __name__,
+        "event_log_offset": event_log_offset, "race_check": race_check,
+        "device_mirror": device_mirror, "__module__": __name__,
     })
 
 
 def drawn_machine_for(policies: tuple[PocketPolicy, ...], backend: str = "numpy",
-                      eager: bool = False, event_log_every: int = 0, event_log_offset: int = 0
+                      eager: bool = False, event_log_every: int = 0, event_log_offset: int = 0,
+                      race_check: bool = True, device_mirror: bool = True
                       ) -> type[LockstepMachine]:
     """A machine whose every example first draws its configuration (`configs.kv_configs`)
     under one of `policies`: the configuration is part of the example, so Hypothesis
@@ -560,5 +570,7 @@ def drawn_machine_for(policies: tuple[PocketPolicy, ...], backend: str = "numpy"
     DrawnConfigMachine.eager = eager
     DrawnConfigMachine.event_log_every = event_log_every
     DrawnConfigMachine.event_log_offset = event_log_offset
+    DrawnConfigMachine.race_check = race_check
+    DrawnConfigMachine.device_mirror = device_mirror
     DrawnConfigMachine.__module__ = __name__
     return DrawnConfigMachine

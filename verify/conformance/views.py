@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvpocket.impl.manager import KVCacheManager
-from kvpocket.model.config import GPU_LEVEL, NO_SLOT, KVConfig, stale_range
+from kvpocket.model.config import BAD_PAGE_INDEX, GPU_LEVEL, NO_SLOT, KVConfig, stale_range
 from kvpocket.verify.conformance.abstraction import Abstract, Where
 
 DEAD: Where = (-1, -1, -1)  # the abstraction's name for a page that is not alive
@@ -106,6 +106,34 @@ def view_differences(impl: KVCacheManager, cfg: KVConfig, model: Abstract,
             if got_pocket != want_pocket:
                 out.append(f"{name}: pocket_entries (level, pool group, slot, valid) "
                            f"{got_pocket}, model {want_pocket}")
+    return out
+
+
+def mirror_differences(impl: KVCacheManager, cfg: KVConfig, model: Abstract,
+                       impl_id: Mapping[int, int]) -> list[str]:
+    """Every page table a kernel would read now (`page_table(lc)`, read as a kernel reads
+    it: uploaded first if the handle thinks it changed) that differs from the model's
+    index row, padded with BAD_PAGE_INDEX to `max_blocks`.
+
+    Compared with the model, not with `block_table`: `block_table` reads the host array
+    that is uploaded, so equality with it would check the upload only, and only over
+    `num_blocks`; the model's row checks the upload and the host index at once, with no
+    implementation code on the expected side, and the tail a kernel may also read."""
+    out: list[str] = []
+    pad = cfg.max_blocks
+    for row in model.seqs:
+        q, status, index = row[0], row[1], row[6]
+        kv = impl.seqs.get(impl_id.get(q, -1))
+        if kv is None or status not in ("ACTIVE", "SUSPENDED"):
+            continue
+        for lc in range(cfg.num_life_cycles):
+            got = tuple(int(x) for x in impl.backend.to_numpy(kv.page_table(lc)).tolist())
+            want = (*index[lc], *[BAD_PAGE_INDEX] * (pad - len(index[lc])))
+            if got != want:
+                wrong = [b for b, (g, w) in enumerate(zip(got, want, strict=True)) if g != w]
+                out.append(f"seq {q} lc {lc}: page_table (what a kernel reads) differs from "
+                           f"the model at blocks {wrong}: {[got[b] for b in wrong]}, model "
+                           f"{[want[b] for b in wrong]}")
     return out
 
 

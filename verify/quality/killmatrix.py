@@ -12,6 +12,7 @@ from typing import Any
 
 from kvpocket.verify.interrupts import stop_if_interrupted
 from kvpocket.verify.quality.seeded import (
+    CAMPAIGN_DETECTORS,
     DETECTORS,
     EXPLICIT_BMC,
     MUTANTS,
@@ -116,7 +117,7 @@ def run_mutants(only: str | None, budget_s: float, json_path: str | None,
         console.print(f"[yellow bold]INTERRUPTED[/] after {len(results)} of {len(chosen)}")
     killed = sum(r.killed for r in results)
     # The zoo runs the default campaign only: no attention scenario, no Z3 column.
-    detectors = DETECTORS[:4] if zoo else DETECTORS
+    detectors = CAMPAIGN_DETECTORS if zoo else DETECTORS
     table = Table(title="kill matrix" + (" (bug zoo, default campaign)" if zoo else ""))
     _name_column(table, "mutant", {r.name: r for r in results})
     if zoo:

@@ -102,6 +102,14 @@ BUGS: dict[str, SeededBug] = {b.name: b for b in (
         KVCACHE + "_resume",
         "            st.wait_for(self.stream, evs, op, self.seq_id)\n",
         "")),
+    _bug("offload-parked-step-fence", edit(  # the copy still reads the slot handed on
+        STORAGE + "migrate",
+        ".release(src_slot, (ev,), op)",
+        ".release(src_slot, src_evs if page.pocket_owner is not None else (ev,), op)")),
+    _bug("resume-index-not-dirty", edit(  # the device's page table is not uploaded again
+        KVCACHE + "_resume",
+        "            self._set_index(i, b, page.slot, op)\n",
+        "            op.setitem(self.index, (i, b), page.slot)\n")),
     # ---- the bug zoo (verify/quality/zoo.py: ZOO) ----------------------------------------
     _bug("zoo-load-dst-no-wait", edit(  # the load ignores the destination slot's readers
         STORAGE + "migrate",

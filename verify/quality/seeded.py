@@ -44,6 +44,7 @@ from kvpocket.model.config import KVConfig, PocketPolicy, SeqStatus
 from kvpocket.model.overrides import Override, overriding
 from kvpocket.model.pages import POCKET_NOT_FULL, STILL_VALID
 from kvpocket.model.state import Layout
+from kvpocket.verify.conformance.lockstep import MIRROR, RACE
 from kvpocket.verify.interrupts import stop_if_interrupted
 from kvpocket.verify.presets import PRESETS, decode_config
 from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
@@ -60,8 +61,10 @@ CONFIGS: dict[str, KVConfig] = {
     "wide-pocket": decode_config(slots=(10, 4), blocks=12),
 }
 
-DETECTORS = ("invariant", "divergence", "crash", "data oracle", "attention", "z3",
-             "explicit-bmc")
+# What the default campaign's lockstep can flag, then the checks outside it.
+CAMPAIGN_DETECTORS = ("invariant", "divergence", "crash", "race detector", "device mirror",
+                      "data oracle")
+DETECTORS = (*CAMPAIGN_DETECTORS, "attention", "z3", "explicit-bmc")
 
 
 def torch_available() -> bool:
@@ -81,6 +84,8 @@ KIND_DETECTOR = {
     "the model rejects the implementation's choice": "divergence",
     "the model failed": "divergence",
     "the implementation crashed": "crash",
+    RACE: "race detector",
+    MIRROR: "device mirror",
 }
 
 
@@ -167,6 +172,19 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "resume locks a page without waiting on its earlier users' events",
            "found by this kit's lockstep: missing wait on resume for a reused prefix page",
            "impl/kvcache.py KVCache._resume", "offset", data=True),
+    Mutant("offload-parked-step-fence", "impl",
+           "the GPU slot of an offloaded parked page goes back to the pool with its writers' "
+           "events, not the copy's: the next block may overwrite it while the copy still "
+           "reads it (a race no data check sees: the host copy of a parked page is never read)",
+           "upstream §2.6 _batched_migrate (a source slot is released with the copy's ready "
+           "event); zoo-store-src-step-fence for the pages a data check cannot follow",
+           "impl/storage.py Storage.migrate", "tiny-migrate"),
+    Mutant("resume-index-not-dirty", "impl",
+           "resume writes the slots it locks straight into the index table without marking it "
+           "dirty: the page table on the device keeps its suspended rows (all BAD)",
+           "CuPy `KVCache.page_table`: the device copy is uploaded again only when the index "
+           "changed (`_index_dirty`); invisible on the CPU before the device-mirror mode",
+           "impl/kvcache.py KVCache._resume", "tiny"),
     # ---- the model (the spec is wrong; Z3 sees the same definitions) --------------------
     Mutant("model-pop-no-revalidate", "model",
            "the spec's pop (revalidate) drops the 'parked page still valid' guard and check",

@@ -421,12 +421,14 @@ TRACE_HEADER: dict[str, HeaderField] = {
     "doc": HeaderField(_is_str, "a string"),
     "expect": HeaderField(_is_str, "a string"),
     # a reproducer's switches (their names are checked where they are switched on):
-    # seeded implementation bugs, spec overrides, and whether its example checked the
-    # implementation's event log
+    # seeded implementation bugs, spec overrides, whether its example checked the
+    # implementation's event log, and the simulator's modes it ran in
     "seeded_bugs": HeaderField(lambda v: isinstance(v, list) and all(map(_is_str, v)),
                                "a list of seeded bug names"),
     "model_overrides": HeaderField(lambda v: isinstance(v, dict), "an object of overrides"),
     "event_log": HeaderField(lambda v: isinstance(v, bool), "true or false"),
+    "race_check": HeaderField(lambda v: isinstance(v, bool), "true or false"),
+    "device_mirror": HeaderField(lambda v: isinstance(v, bool), "true or false"),
 }
 EVENT_HEADER: dict[str, HeaderField] = dict(_COMMON_HEADER)
 TRACE_LINE_KEYS = ("action", "params", "layer", "choices")
