@@ -1,0 +1,276 @@
+"""A verifier with teeth: structural tests that a weakened check cannot pass.
+
+Each test perturbs one thing the verifier reads, at every place it can sit, and expects
+the verifier to notice:
+
+* the lockstep's abstract-state comparison (`abstraction.py`): every leaf of every field
+  of `Abstract` (enumerated from the dataclass, not listed), and every key of the
+  implementation's snapshot that the abstraction reads;
+* the views comparison (`views.py`): every field of every public view, and every counter;
+* the invariants (`model/invariants.py`) in each reading: the definition, its fast full
+  check (`fastcheck.FAST`) and its check of what changed (`fastcheck.LOCAL`, through the
+  incremental checker), falsified by a bad state at every position its quantifiers range
+  over (every page, slot, sequence, block entry, pocket position);
+* the trace checker (`tracecheck.py`): every result kind a log carries (True, False, null,
+  an error), each replaced by every other kind, is caught at its line.
+
+They are the kill tests of the verifier mutation tier (`scripts/mutation.sh --verifier`,
+docs/assurance.md), so they are kept quick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvpocket.impl.manager import KVCacheManager
+from kvpocket.model.config import KVConfig
+from kvpocket.verify.conformance.abstraction import Abstract, abstract_impl, abstract_model, diff
+from kvpocket.verify.conformance.lockstep import Lockstep
+from kvpocket.verify.conformance.views import (
+    COUNTED_CHOICES,
+    counter_differences,
+    occupied_slots,
+    view_differences,
+)
+from kvpocket.verify.presets import PRESETS
+
+# ---- a short real run: every field of the abstract state in use ------------------------
+
+CFG = replace(PRESETS["two-level"].config.with_pocket(True, "revalidate"),
+              slots_per_level=(12, 8))
+RUN: list[tuple[str, dict[str, Any]]] = [
+    ("create", {"seq": 1, "prompt": [1, 2, 3, 4]}), ("resume", {"seq": 1}),
+    ("resize", {"seq": 1, "capacity": 6, "history": 4}), ("commit", {"seq": 1, "n": 2}),
+    ("close", {"seq": 1}),  # its committed pages: DROPPABLE and queued
+    ("pressure", {"level": 0, "pool_group": 0, "slots": 12}),  # it migrates to host
+    ("create", {"seq": 0, "prompt": [7, 8]}), ("resume", {"seq": 0}),
+    ("stop_committing", {"seq": 0}),
+    ("resize", {"seq": 0, "capacity": 4, "history": 3}),
+    ("resize", {"seq": 0, "capacity": 6, "history": 5}),  # block 0 leaves the window: parked
+]
+
+
+def _run(cfg: KVConfig = CFG, steps: list[tuple[str, dict[str, Any]]] = RUN) -> Lockstep:
+    ls = Lockstep(cfg)
+    for action, params in steps:
+        ls.step(action, params)
+    return ls
+
+
+@pytest.fixture(scope="module")
+def run() -> Lockstep:
+    return _run()
+
+
+def _leaves(value: Any, path: tuple[int, ...] = ()) -> Iterator[tuple[int, ...]]:
+    """The paths to every non-tuple value inside nested tuples."""
+    if isinstance(value, tuple):
+        for i, v in enumerate(value):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path
+
+
+def _other(v: Any) -> Any:
+    """A value of the same kind that differs from v."""
+    if isinstance(v, bool):
+        return not v
+    if isinstance(v, int):
+        return v + 1
+    if isinstance(v, str):
+        return v + "?"
+    if v is None:
+        return 0
+    raise AssertionError(f"unexpected leaf {v!r}")
+
+
+def _set(value: Any, path: tuple[int, ...], new: Any) -> Any:
+    if not path:
+        return new
+    i = path[0]
+    return (*value[:i], _set(value[i], path[1:], new), *value[i + 1:])
+
+
+def _get(value: Any, path: tuple[int, ...]) -> Any:
+    for i in path:
+        value = value[i]
+    return value
+
+
+def test_the_run_uses_every_field(run: Lockstep) -> None:
+    a = abstract_model(run.model)
+    for f in dataclasses.fields(Abstract):
+        assert getattr(a, f.name), f"the run leaves {f.name} empty: a perturbation test needs it"
+    assert any(order for _, _, order in a.queues), "a queued page"
+    assert {row[0] for row in a.pages} == {0, 1}, "pages at both levels"
+
+
+def test_every_leaf_of_every_field_is_compared(run: Lockstep) -> None:
+    """`diff` (what a divergence reports) and equality (what raises it) see a change of
+    any one value anywhere in the abstract state."""
+    a = abstract_impl(run.impl.snapshot(sequences=run.seq_of()), run.seq_of())
+    assert a == abstract_model(run.model) and diff(a, a) == []
+    names = list(a.as_dict())
+    assert len(names) == len(dataclasses.fields(Abstract)), "as_dict names every field"
+    seen = 0
+    for f, name in zip(dataclasses.fields(Abstract), names, strict=True):
+        value = getattr(a, f.name)
+        for path in _leaves(value):
+            bad = replace(a, **{f.name: _set(value, path, _other(_get(value, path)))})
+            found = diff(a, bad)
+            assert bad != a, (f.name, path)
+            assert found and name in found[0], (f.name, path, found)
+            seen += 1
+    assert seen > 100
+
+
+# Snapshot keys the abstraction does not read, each for a reason: derived from what it
+# reads, allocator internals with no model counterpart, or names (ids) the abstraction
+# replaces by locations.
+NOT_ABSTRACTED: dict[str, frozenset[str]] = {
+    "pages": frozenset({"locks", "holds", "priority"}),  # `status` and `lc` carry them
+    "slots": frozenset({"capacity", "free", "recycled", "next_fresh"}),  # `occupied` does
+    "queues": frozenset(),
+    "pockets": frozenset(),
+    "sequences": frozenset({"num_committed_blocks", "num_blocks"}),  # lengths carry them
+}
+
+
+def _bump(v: Any) -> Any:
+    """A JSON-like value with its first non-null leaf changed (a list of nulls, or an
+    empty one, gets a 0 more)."""
+    if isinstance(v, list):
+        at = next((i for i, x in enumerate(v) if x is not None and x != []), None)
+        return [*v, 0] if at is None else [*v[:at], _bump(v[at]), *v[at + 1:]]
+    if isinstance(v, dict):
+        first = next(iter(v))
+        return {**v, first: _bump(v[first])}
+    return _other(v)
+
+
+def _perturbed_records(snap: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(record kind, key, a snapshot with that key changed in one record) for every key
+    of every record of every kind the abstraction reads."""
+    for kind in NOT_ABSTRACTED:
+        assert snap[kind], f"the run has no {kind} record"
+        for i, rec in enumerate(snap[kind]):
+            for key, v in rec.items():
+                if key == "id":  # renaming an id: perturbing the references to it covers it
+                    continue
+                copy = {**snap, kind: [*snap[kind][:i], {**rec, key: _bump(v)},
+                                       *snap[kind][i + 1:]]}
+                yield kind, key, copy
+
+
+def test_every_snapshot_key_is_read(run: Lockstep) -> None:
+    seq_of = run.seq_of()
+    snap = run.impl.snapshot(sequences=seq_of)
+    base = abstract_impl(snap, seq_of)
+    keys: dict[str, set[str]] = {k: set() for k in NOT_ABSTRACTED}
+    read: dict[str, set[str]] = {k: set() for k in NOT_ABSTRACTED}
+    for kind, key, bad in _perturbed_records(snap):
+        keys[kind].add(key)
+        if abstract_impl(bad, seq_of) != base:
+            read[kind].add(key)
+    assert {k: frozenset(keys[k] - read[k]) for k in keys} == NOT_ABSTRACTED
+
+
+# ---- views and counters ------------------------------------------------------------------
+
+MANAGER_VIEWS = ("eviction_order", "slot_counts", "free_slots", "pages")
+HANDLE_VIEWS = ("block_table", "block_entries", "pocket_entries")
+# View fields not compared with the model: implementation ids (the abstraction names pages
+# by location) and counts that `status` carries.
+NOT_COMPARED = {"page_id", "locks", "holds"}
+
+
+def _perturb_view(value: Any) -> Iterator[tuple[str, Any]]:
+    """(what changed, the view's value with one change) for every field of every element
+    (NamedTuples) or every element (ints) of a tuple, or an int; and each element left out."""
+    if isinstance(value, int):
+        yield "value", value + 1
+        return
+    assert isinstance(value, tuple)
+    for i, x in enumerate(value):
+        rest = value[i + 1:]
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            for name in x._fields:
+                yield name, (*value[:i], x._replace(**{name: _other(getattr(x, name))}), *rest)
+        else:
+            yield "value", (*value[:i], _other(x), *rest)
+        yield "length", (*value[:i], *rest)
+
+
+def _differences_with(run: Lockstep, owner: Any, view: str, make: Callable[[Any], Any],
+                      monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What the views comparison reports with one view's values changed by `make` (an
+    exception while comparing is a finding too: the lockstep reports it as a crash)."""
+    orig = getattr(owner, view)
+    with monkeypatch.context() as mp:
+        mp.setattr(owner, view, lambda *a, **k: make(orig(*a, **k)))
+        try:
+            return view_differences(run.impl, run.cfg, abstract_model(run.model), run.impl_id)
+        except Exception as exc:  # noqa: BLE001 - any exception is reported as a divergence
+            return [f"raised {type(exc).__name__}"]
+
+
+def test_every_view_field_is_compared(run: Lockstep, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert view_differences(run.impl, run.cfg, abstract_model(run.model), run.impl_id) == []
+    live = {row[0] for row in abstract_model(run.model).seqs if row[1] in ("ACTIVE", "SUSPENDED")}
+    handles = [run.impl.seqs[sid] for q, sid in run.impl_id.items() if q in live]
+    assert handles
+    owners: list[tuple[Any, str]] = [(run.impl, v) for v in MANAGER_VIEWS]
+    owners += [(kv, v) for kv in handles for v in HANDLE_VIEWS]
+    # the comparison calls exactly these views (a view it stopped reading fails here)
+    called: set[str] = set()
+    for owner, view in owners:
+        orig = getattr(owner, view)
+        monkeypatch.setattr(owner, view, lambda *a, _o=orig, _v=view, **k: (called.add(_v),
+                                                                            _o(*a, **k))[1])
+    view_differences(run.impl, run.cfg, abstract_model(run.model), run.impl_id)
+    monkeypatch.undo()
+    assert called == set(MANAGER_VIEWS) | set(HANDLE_VIEWS)
+    missed: set[tuple[str, str]] = set()
+    tried = 0
+    for owner, view in owners:
+        sample = getattr(owner, view)(*((0,) if view in ("eviction_order", "free_slots",
+                                                         *HANDLE_VIEWS) else ()))
+        noticed: dict[str, bool] = {}
+        for k, (what, _) in enumerate(_perturb_view(sample)):
+            def make(v: Any, _k: int = k) -> Any:
+                return list(_perturb_view(v))[_k][1]
+            tried += 1
+            noticed[what] = noticed.get(what, False) or bool(
+                _differences_with(run, owner, view, make, monkeypatch))
+        missed |= {(view, what) for what, seen in noticed.items() if not seen}
+    assert tried > 50
+    assert {what for _, what in missed} <= NOT_COMPARED, sorted(missed)
+
+
+def test_every_counter_is_compared(run: Lockstep) -> None:
+    ls = _run()
+    impl = ls.impl
+    before = impl.counters.total.as_dict()
+    occ = occupied_slots(impl)
+    ls.step("resize", {"seq": 0, "capacity": 8, "history": 7})  # pops the pocket, allocates
+    after, choices = impl.counters.total.as_dict(), impl.last_choices()
+    occ_after = occupied_slots(impl)
+    assert counter_differences(before, after, choices, occ, occ_after) == []
+    failed = [*choices, ("fail",)]
+    unchanged = dict(before)
+    assert counter_differences(before, unchanged, failed, occ, occ) == []
+    for name in after:
+        wrong = {**after, name: after[name] + 1}
+        on_success = counter_differences(before, wrong, choices, occ, occ_after)
+        on_rollback = counter_differences(before, {**before, name: before[name] + 1}, failed,
+                                          occ, occ)
+        assert on_rollback and name in on_rollback[0], name
+        if name in COUNTED_CHOICES or name == "releases":
+            assert on_success and name in on_success[0], name
