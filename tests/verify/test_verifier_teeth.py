@@ -274,3 +274,80 @@ def test_every_counter_is_compared(run: Lockstep) -> None:
         assert on_rollback and name in on_rollback[0], name
         if name in COUNTED_CHOICES or name == "releases":
             assert on_success and name in on_success[0], name
+
+
+# ---- the trace checker: every result kind, each replaced by every other -------------------
+
+RESULTS: dict[str, Any] = {"true": True, "false": False, "null": None,
+                           "error": {"error": "sequence_state"}}
+
+
+def _kind(result: Any) -> str:
+    return "error" if isinstance(result, dict) else json.dumps(result)
+
+
+def _log(tmp: Path) -> list[dict[str, Any]]:
+    from kvpocket.verify.traces.record import record
+    path = tmp / "tiny.ndjson"
+    record(PRESETS["tiny"].config.with_pocket(True, "revalidate"), 150, 0, path)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    return rows[:-1]  # the end marker left out: each doctored log is cut after its event
+
+
+def _verdict(rows: list[dict[str, Any]]) -> Any:
+    from kvpocket.verify.traces.trace import parse_events
+    from kvpocket.verify.traces.tracecheck import check_events
+    return check_events(parse_events([json.dumps(r) for r in rows]))
+
+
+@pytest.fixture(scope="module")
+def log_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return _log(tmp_path_factory.mktemp("log"))
+
+
+def test_every_result_kind_is_compared(log_rows: list[dict[str, Any]]) -> None:
+    """The result rule (a logged result against the model's) for every action and every
+    result kind the log carries, each replaced by every other kind (and an error by
+    another error): caught at its line as a different result."""
+    rows = log_rows
+    assert _verdict(rows).ok
+    firsts: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(rows[1:], start=1):
+        at = firsts.setdefault((r["action"], _kind(r["result"])), [])
+        if len(at) < 2:
+            at.append(i)
+    assert {k for _, k in firsts} == set(RESULTS), "the log carries every result kind"
+    tried = 0
+    for (action, kind), lines in sorted(firsts.items()):
+        for i in lines:
+            wrong = [v for k, v in RESULTS.items() if k != kind]
+            if kind == "error":
+                wrong.append({"error": "capacity" if rows[i]["result"]["error"] != "capacity"
+                              else "commit"})
+            for v in wrong:
+                bad = [*rows[:i], {**rows[i], "result": v}]
+                got = _verdict(bad)
+                assert not got.ok and got.line == i + 1 and got.kind == "different result", \
+                    (action, kind, v, got.report)
+                tried += 1
+            assert _verdict([*rows[:i], {k: x for k, x in rows[i].items()
+                                         if k != "result"}]).ok, "a result may be left out"
+    assert tried > 60
+
+
+def test_results_on_sequences_the_model_does_not_run(log_rows: list[dict[str, Any]]) -> None:
+    """The rule for a sequence that was never created, and for a stream that is none, on
+    every result kind: only the model's answer (an unknown-sequence error) passes."""
+    head = log_rows[:1]
+    unknown = {"error": "unknown_sequence"}
+    for action, params in (("resize", {"seq": 7, "capacity": 2, "history": 1}),
+                           ("resume", {"seq": 7}), ("close", {"seq": 7}),
+                           ("advance", {"stream": 7})):
+        ev = {"action": action, "params": params, "choices": []}
+        assert _verdict([*head, {**ev, "result": unknown}]).ok, action
+        for v in RESULTS.values():
+            got = _verdict([*head, {**ev, "result": v}])
+            assert not got.ok and got.line == 2 and got.kind == "different result", (action, v)
+    # a stream that is no sequence: the log must report the error (a missing result fails)
+    got = _verdict([*head, {"action": "advance", "params": {"stream": 7}, "choices": []}])
+    assert not got.ok and got.line == 2
