@@ -351,3 +351,161 @@ def test_results_on_sequences_the_model_does_not_run(log_rows: list[dict[str, An
     # a stream that is no sequence: the log must report the error (a missing result fails)
     got = _verdict([*head, {"action": "advance", "params": {"stream": 7}, "choices": []}])
     assert not got.ok and got.line == 2
+
+
+# ---- invariants: falsified at every position, in every reading ----------------------------
+
+from kvpocket.model import Model  # noqa: E402
+from kvpocket.model.fastcheck import FAST, LOCAL, Delta  # noqa: E402
+from kvpocket.model.incremental import IncrementalChecker  # noqa: E402
+from kvpocket.model.invariants import INVARIANTS, Invariant  # noqa: E402
+from kvpocket.model.logic import CONCRETE  # noqa: E402
+from kvpocket.model.state import SCHEMA, STATE_FIELDS, Layout, State, evolve  # noqa: E402
+
+# The domains the invariants not written in a one-record form quantify over (the others:
+# their form's domain). Every position of each must admit a bad state the invariant rejects.
+QUANTIFIED: dict[str, tuple[str, ...]] = {
+    "slot_owned_once": ("page", "slot"),
+    "refcounts_match": ("page",),
+    "pocket_entries_orphaned": ("pocket",),
+    "committed_never_parked": ("pocket",),
+    "no_page_in_two_pockets": ("pocket",),
+    "pinned_pockets_stay": ("pocket",),  # under the pin policy (else it is True)
+    "dropped_pockets_stay_at_gpu": ("pocket",),  # under evict_parked=drop (else True)
+    "popped_slots_valid": ("scalar",),
+    "no_unsynced_reuse": ("scalar",),
+    "window_is_mapped": ("entry",),
+    "values_in_range": ("page", "slot", "seq", "entry", "pocket"),
+}
+
+
+def _domains(inv: Invariant) -> tuple[str, ...]:
+    if inv.per_page is not None:
+        return ("page",)
+    if inv.per_entry is not None:
+        return ("entry",)
+    if inv.per_seq is not None:
+        return ("seq",)
+    return QUANTIFIED[inv.name]
+
+
+def _fields(domain: str) -> list[str]:
+    return [f.name for f in SCHEMA if f.domain == domain]
+
+
+def _positions(lay: Layout, s: State, domain: str) -> range:
+    return range(1) if domain == "scalar" else range(len(getattr(s, _fields(domain)[0])))
+
+
+def _values(v: Any) -> list[Any]:
+    if isinstance(v, bool):
+        return [not v]
+    return [x for x in dict.fromkeys((v + 1, v - 1, 0, 1, 2, -1, -2, 3, v + 5)) if x != v]
+
+
+def _with(s: State, field: str, i: int, v: Any) -> State:
+    arr = getattr(s, field)
+    if not isinstance(arr, tuple | list) and not hasattr(arr, "set"):
+        return evolve(s, **{field: v})  # a scalar
+    new = arr.set(i, v) if hasattr(arr, "set") else (*arr[:i], v, *arr[i + 1:])
+    return evolve(s, **{field: new})
+
+
+def _cells(lay: Layout, domain: str, i: int) -> list[tuple[str, int]]:
+    """The (field, position) cells that make up position i of a domain: a record's fields;
+    for a sequence its pocket positions too, for a block entry its sequence's fields (what
+    a one-sequence or one-entry statement reads)."""
+    cells = [(f, i) for f in _fields(domain)]
+    if domain == "seq":
+        cells += [("pocket", k) for k in lay.pocket_range(i)]
+    if domain == "entry":
+        cells += [(f, i // (lay.lcs * lay.blocks)) for f in _fields("seq")]
+    if domain == "pocket":  # a statement over pairs of positions: i with each other one
+        cells += [("pocket", k) for k in range(lay.seqs * lay.lcs * lay.pocket_cap) if k != i]
+    return cells
+
+
+def _bad_states(lay: Layout, s: State, domain: str, i: int) -> Iterator[State]:
+    """States that differ from s at position i of one domain only: one cell changed, then
+    two (a page's alive flag with another field, and so on)."""
+    def at(f: str, k: int) -> Any:
+        return getattr(s, f) if domain == "scalar" else getattr(s, f)[k]
+    singles = [(f, k, v) for f, k in _cells(lay, domain, i) for v in _values(at(f, k))]
+    for f, k, v in singles:
+        yield _with(s, f, k, v)
+    for a, (f, k, v) in enumerate(singles):
+        one = _with(s, f, k, v)
+        for g, j, w in singles[a + 1:]:
+            if (g, j) != (f, k):
+                yield _with(one, g, j, w)
+
+
+def _falsifier(inv: Invariant, lay: Layout, s: State, domain: str, i: int) -> State | None:
+    for bad in _bad_states(lay, s, domain, i):
+        try:
+            if not inv.predicate(CONCRETE, lay, bad):
+                return bad
+        except (IndexError, KeyError):  # an out-of-range id: the statement cannot read it
+            continue
+    return None
+
+
+def _good_state(cfg: KVConfig) -> Model:
+    """A reachable state with every domain in use: a parked page, a held stale block, a
+    committed page at host, two sequences (every array sparse, as the lockstep keeps them)."""
+    m = Model(cfg, sparse_above=0)
+    m.create(1, [1, 2, 3, 4])
+    assert m.resume(1) and m.resize(1, 6, 4)
+    m.commit(1, (5, 6))
+    m.suspend(1)
+    m.create(0, [7, 8])
+    assert m.resume(0)
+    m.stop_committing(0)
+    assert m.resize(0, 4, 3) and m.resize(0, 6, 5)
+    assert any(p != -1 for p in m.state.pocket), "a parked page"
+    return m
+
+
+INVARIANT_CONFIGS = {
+    "revalidate": PRESETS["tiny"].config.with_pocket(True, "revalidate"),
+    "pin": PRESETS["tiny"].config.with_pocket(True, "pin"),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(INVARIANT_CONFIGS))
+def test_every_invariant_is_falsified_at_every_position(policy: str) -> None:
+    cfg = INVARIANT_CONFIGS[policy]
+    m = _good_state(cfg)
+    lay, good = m.layout, m.state
+    assert not [i.name for i in m.violations()]
+    assert set(QUANTIFIED) | {i.name for i in INVARIANTS if _domains(i) != QUANTIFIED.get(i.name)
+                              } >= {i.name for i in INVARIANTS}
+    vacuous = {"pinned_pockets_stay": cfg.pocket.policy.value != "pin",
+               "dropped_pockets_stay_at_gpu": not cfg.pocket.drops_parked}
+    missing: list[tuple[str, str, int]] = []
+    for inv in INVARIANTS:
+        if vacuous.get(inv.name):
+            continue
+        local = LOCAL.get(inv.name)
+        local_false = 0
+        for domain in _domains(inv):
+            for i in _positions(lay, good, domain):
+                bad = _falsifier(inv, lay, good, domain, i)
+                if bad is None:
+                    missing.append((inv.name, domain, i))
+                    continue
+                where = (inv.name, domain, i)
+                if inv.name in FAST:  # the fast full check
+                    assert not FAST[inv.name](lay, bad), where
+                checker = IncrementalChecker(lay)  # the checker, as after checking `good`
+                checker._last, checker._held = good, {j.name for j in INVARIANTS}
+                assert inv in checker.violated(bad), where
+                if local is not None:  # the check of what changed
+                    changed = frozenset(f for f in STATE_FIELDS
+                                        if getattr(bad, f) is not getattr(good, f))
+                    got = local(lay, bad, Delta(good, bad, changed))
+                    assert got is not True, where
+                    local_false += got is False
+        if local is not None:
+            assert local_false, f"{inv.name}: the check of what changed never decided"
+    assert not missing, f"no bad state found at: {missing}"
