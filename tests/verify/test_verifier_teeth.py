@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -578,3 +578,71 @@ def test_every_invariant_is_falsified_at_every_position(config: str) -> None:
             assert local_false, f"{inv.name}: the check of what changed never decided"
     assert not missing, f"no bad state found at: {missing}"
     assert reached > 5
+
+
+# ---- the implementation's structural self-check: every record it loops over ---------------
+
+Poke = tuple[str, Callable[[], Callable[[], None]]]  # (where, change in place -> its undo)
+
+
+def _set_attr(obj: Any, name: str, value: Any) -> Callable[[], Callable[[], None]]:
+    def poke() -> Callable[[], None]:
+        old = getattr(obj, name)
+        setattr(obj, name, value(old) if callable(value) else value)
+        return lambda: setattr(obj, name, old)
+    return poke
+
+
+def _toggle(items: set[int], x: int) -> Callable[[], Callable[[], None]]:
+    def poke() -> Callable[[], None]:
+        items.symmetric_difference_update({x})
+        return lambda: items.symmetric_difference_update({x})
+    return poke
+
+
+def _store_at(arr: Any, at: tuple[int, int], value: int) -> Callable[[], Callable[[], None]]:
+    def poke() -> Callable[[], None]:
+        old = int(arr[at])
+        arr[at] = value
+        return lambda: arr.__setitem__(at, old)
+    return poke
+
+
+def _selfcheck_pokes(ls: Lockstep) -> Iterator[Poke]:
+    """One change at every record `impl/selfcheck.py` loops over: each page, each slot of
+    each allocator, each queue, each radix-tree node, each live sequence, each block of
+    each life cycle of each live sequence, each parked page."""
+    st, cfg = ls.impl.storage, ls.cfg
+    for p in st.pages.values():
+        yield f"page {p.pid}", _set_attr(p, "holds", lambda h: h + 1)
+    for level, allocs in enumerate(st.allocs):
+        for g, a in enumerate(allocs):
+            for slot in range(a.capacity):
+                yield f"slot {level}/{g}/{slot}", _toggle(a.occupied, slot)
+            yield f"queue {level}/{g}", _set_attr(st.queues[level][g], "entries",
+                                                  lambda e: {**e, 10_000: (0, 0)})
+    for n in st.tree.nodes.values():
+        yield f"node {n.nid}", _set_attr(n, "refs", lambda r: r + 1)
+    for sid, kv in ls.impl.seqs.items():
+        if kv.status.name == "CLOSED":
+            continue
+        yield f"seq {sid}", _set_attr(kv, "history", kv.capacity + 1)
+        for lc in range(cfg.num_life_cycles):
+            for b in range(cfg.max_blocks):
+                yield f"seq {sid} lc {lc} block {b}", _store_at(kv.index, (lc, b), 12345)
+            for p in kv.pocket[lc]:
+                yield f"seq {sid} pocket {lc} page {p.pid}", _set_attr(p, "committed", True)
+
+
+def test_the_self_check_looks_at_every_record(run: Lockstep) -> None:
+    assert run.impl.check_invariants() == []
+    kinds: set[str] = set()
+    for where, poke in _selfcheck_pokes(run):
+        undo = poke()
+        try:
+            assert run.impl.check_invariants(), f"{where}: a change there went unnoticed"
+        finally:
+            undo()
+        kinds.add(where.split(" ")[0] + (" pocket" if "pocket" in where else ""))
+    assert run.impl.check_invariants() == []
+    assert kinds == {"page", "slot", "queue", "node", "seq", "seq pocket"}
