@@ -221,3 +221,26 @@ def test_the_verifier_scope_runs_end_to_end(tmp_path: Path) -> None:
     bad = subprocess.run([bash, str(SCRIPT), "--verify"], cwd=ROOT, capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "--verifier" in bad.stderr
+
+
+def test_each_verifier_mutant_runs_its_modules_tests(tmp_path: Path) -> None:
+    """The runner finds the mutated module by content (against the hashes config wrote next
+    to the configuration) and runs the tests that cover it; unmutated (the baseline), all."""
+    for m in mp.VERIFIER_MODULES:
+        (tmp_path / m).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / m, tmp_path / m)
+    assert mp.mutated_modules(tmp_path) == list(mp.VERIFIER_MODULES)  # no baseline yet
+    (tmp_path / mp.BASELINE).write_text(json.dumps(mp.module_hashes(tmp_path,
+                                                                    mp.VERIFIER_MODULES)))
+    assert mp.mutated_modules(tmp_path) == list(mp.VERIFIER_MODULES)  # nothing mutated
+    target = tmp_path / "verify/traces/tracecheck.py"
+    target.write_text(target.read_text().replace("!=", "==", 1))
+    assert mp.mutated_modules(tmp_path) == ["verify/traces/tracecheck.py"]
+    tests = mp.kill_tests(["verify/traces/tracecheck.py"])
+    assert tests[0] == mp.TEETH and "tests/trace/test_event_logs.py" in tests
+    assert set(mp.VERIFIER_KILL_TESTS) == set(mp.VERIFIER_MODULES)
+    assert mp.kill_tests(list(mp.VERIFIER_MODULES)) == list(mp.VERIFIER_TESTS)
+    out = tmp_path / "cfg" / "cr.toml"
+    out.parent.mkdir()
+    assert mp.main(["config", "--out", str(out), "--scope", "verifier"]) == 0
+    assert set(json.loads((out.parent / mp.BASELINE).read_text())) == set(mp.VERIFIER_MODULES)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import importlib
 import json
 import math
@@ -66,15 +67,27 @@ SCOPES: dict[str, tuple[str, ...]] = {"impl": MODULES, "verifier": VERIFIER_MODU
 ONLY_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "verify/conformance/lockstep.py": ("check", "_check_queries", "_collect_data", "finish"),
 }
-# The tests that kill verifier mutants: the ones that cover those modules, quick enough to
-# run per mutant (Hypothesis seeded, so a verdict does not depend on the run).
-VERIFIER_TESTS: tuple[str, ...] = (
-    "tests/verify/test_verifier_teeth.py",
-    "tests/model/test_fastcheck.py",
-    "tests/model/test_incremental.py",
-    "tests/impl/test_oracle.py",
-    "tests/trace/test_event_logs.py",
-)
+# The tests that kill verifier mutants: per module, the ones that cover it, quick enough to
+# run per mutant (Hypothesis seeded, so a verdict does not depend on the run). The runner
+# finds the mutated module by its content (`baseline_hashes`), so each mutant runs its
+# module's tests only; the structural tests (`test_verifier_teeth.py`) come first.
+TEETH = "tests/verify/test_verifier_teeth.py"
+_MODEL_TESTS = (TEETH, "tests/model/test_fastcheck.py", "tests/model/test_incremental.py")
+_LOCKSTEP_TESTS = (TEETH, "tests/quality/test_reach.py", "tests/lockstep/test_regressions.py")
+VERIFIER_KILL_TESTS: dict[str, tuple[str, ...]] = {
+    "verify/conformance/abstraction.py": _LOCKSTEP_TESTS,
+    "verify/conformance/views.py": _LOCKSTEP_TESTS,
+    "verify/conformance/lockstep.py": _LOCKSTEP_TESTS,
+    "verify/traces/tracecheck.py": (TEETH, "tests/trace/test_event_logs.py",
+                                    "tests/trace/test_integrator_defects.py"),
+    "model/invariants.py": _MODEL_TESTS,
+    "model/fastcheck.py": _MODEL_TESTS,
+    "model/incremental.py": _MODEL_TESTS,
+    "impl/oracle.py": ("tests/impl/test_oracle.py", TEETH, "tests/impl/test_stream_sim.py"),
+}
+VERIFIER_TESTS: tuple[str, ...] = tuple(dict.fromkeys(
+    t for ts in VERIFIER_KILL_TESTS.values() for t in ts))
+BASELINE = "mutation-baseline.json"  # the scope's modules' hashes, unmutated (config)
 
 MARK = "kvpocket-mutation:"  # the runner's verdict line, read back by `report`
 EXIT_SURVIVED, EXIT_KILLED, EXIT_ERROR = 0, 1, 3
@@ -350,13 +363,33 @@ def classify_pytest(rc: int | None, timed_out: bool) -> tuple[str, int]:
     return classify_exit(rc, timed_out)
 
 
+def module_hashes(root: Path, modules: Sequence[str]) -> dict[str, str]:
+    return {m: hashlib.sha256((root / m).read_bytes()).hexdigest() for m in modules}
+
+
+def mutated_modules(root: Path) -> list[str]:
+    """The verifier modules whose content differs from the baseline config wrote (the one
+    cosmic-ray mutated); every module when there is no baseline."""
+    try:
+        base = json.loads((root / BASELINE).read_text())
+    except (OSError, ValueError):
+        return list(VERIFIER_MODULES)
+    now = module_hashes(root, list(base))
+    return [m for m in base if now[m] != base[m]] or list(VERIFIER_MODULES)
+
+
+def kill_tests(modules: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(t for m in modules for t in VERIFIER_KILL_TESTS.get(m, ())))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     root = repo_root()
     env = dict(os.environ, PYTHONPATH=str(root / ".devpath"), PYTHONDONTWRITEBYTECODE="1")
     t0 = time.monotonic()
     verifier = args.scope == "verifier"
     with tempfile.TemporaryDirectory(prefix="kvmut-") as out:
-        cmd = test_command(args.seed, _listed(args.tests) or VERIFIER_TESTS) if verifier else \
+        cmd = test_command(args.seed, _listed(args.tests) or kill_tests(mutated_modules(root))) \
+            if verifier else \
             fuzz_command(args.budget, args.seed, out, examples=args.examples)
         proc = subprocess.Popen(cmd, cwd=root, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -560,6 +593,9 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.tests:
         command += ["--tests", args.tests]
     excl = _listed(args.exclude_operators)
+    if args.scope == "verifier":  # what the runner (in the tree of `--out`) compares with
+        (Path(args.out).parent / BASELINE).write_text(
+            json.dumps(module_hashes(repo_root(), VERIFIER_MODULES)) + "\n")
     Path(args.out).write_text(config_text(" ".join(command), args.hard + 30, excl, args.scope,
                                           modules))
     return 0
