@@ -134,3 +134,113 @@ def test_cosmic_ray_operator_names_still_match() -> None:
                  "ReplaceOrWithAnd", "ReplaceBinaryOperator_Sub_Add",
                  "ReplaceComparisonOperator_Eq_NotEq"):
         assert name in names
+
+
+# ---- the verifier scope (`scripts/mutation.sh --verifier`) ------------------------------
+
+
+def test_verifier_config_names_the_verdict_modules_and_the_kill_tests(tmp_path: Path) -> None:
+    out = tmp_path / "cr.toml"
+    assert mp.main(["config", "--out", str(out), "--scope", "verifier", "--hard", "200"]) == 0
+    cfg = tomllib.loads(out.read_text())["cosmic-ray"]
+    assert cfg["module-path"] == list(mp.VERIFIER_MODULES)
+    for m in (*mp.VERIFIER_MODULES, *mp.VERIFIER_TESTS):
+        assert (ROOT / m).is_file(), m
+    assert "--scope verifier" in cfg["test-command"]
+    cmd = mp.test_command(7)
+    assert "--hypothesis-seed=7" in cmd and cmd[1:3] == ["-m", "pytest"] and "-x" in cmd
+    assert list(mp.VERIFIER_TESTS) == cmd[-len(mp.VERIFIER_TESTS):]
+    one = tmp_path / "one.toml"
+    assert mp.main(["config", "--out", str(one), "--scope", "verifier",
+                    "--modules", "model/incremental.py", "--tests", "tests/model/x.py"]) == 0
+    cfg = tomllib.loads(one.read_text())["cosmic-ray"]
+    assert cfg["module-path"] == ["model/incremental.py"]
+    assert "--tests tests/model/x.py" in cfg["test-command"]
+    assert mp.main(["config", "--out", str(one), "--modules", "model/incremental.py"]) == 2
+
+
+def test_only_the_comparing_functions_of_lockstep_are_mutated() -> None:
+    tree = ast.parse((ROOT / "verify/conformance/lockstep.py").read_text())
+    spans = mp.function_spans(tree, mp.ONLY_FUNCTIONS["verify/conformance/lockstep.py"])
+    names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert set(mp.ONLY_FUNCTIONS["verify/conformance/lockstep.py"]) <= names
+    assert len(spans) >= 4
+    check = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                 and n.name == "check")
+    step = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "step")
+    inside = ((check.body[0].lineno, 0), (check.body[0].lineno, 1))
+    outside = ((step.body[0].lineno, 0), (step.body[0].lineno, 1))
+    assert any(a <= inside[0] and inside[1] <= b for a, b in spans)
+    assert not any(a <= outside[0] and outside[1] <= b for a, b in spans)
+
+
+def test_per_module_sample_is_bounded_and_deterministic() -> None:
+    pool = _mutants({"model/fastcheck.py": 300, "model/incremental.py": 5})
+    a = mp.per_module_sample(pool, 20, seed=12)
+    assert a == mp.per_module_sample(list(reversed(pool)), 20, seed=12)
+    per = {m: sum(x.module == m for x in a) for m in ("model/fastcheck.py", "model/incremental.py")}
+    assert per == {"model/fastcheck.py": 20, "model/incremental.py": 5}
+    assert mp.per_module_sample(pool, 20, seed=13) != a
+
+
+def test_pytest_exit_status_mapping() -> None:
+    assert mp.classify_pytest(0, False) == ("survived", mp.EXIT_SURVIVED)
+    assert mp.classify_pytest(1, False) == ("killed", mp.EXIT_KILLED)
+    assert mp.classify_pytest(2, False) == ("crashed", mp.EXIT_KILLED)  # collection error
+    assert mp.classify_pytest(None, True) == ("timeout", mp.EXIT_KILLED)
+    for rc in (3, 4, 5):  # internal error, usage error, no tests: the probe's fault
+        verdict, code = mp.classify_pytest(rc, False)
+        assert verdict.startswith("error") and code == mp.EXIT_ERROR
+
+
+@pytest.mark.slow
+def test_the_verifier_scope_runs_end_to_end(tmp_path: Path) -> None:
+    """scripts/mutation.sh --verifier on a tiny scope: one module, two mutants drawn by
+    seed, killed (or not) by one quick test file; it reports a score."""
+    venv_python = ROOT / ".venv" / "bin" / "python"
+    if not venv_python.exists() or subprocess.run(
+            [str(venv_python), "-c", "import cosmic_ray"], capture_output=True).returncode:
+        pytest.skip("cosmic-ray is not installed in .venv (pip install -e '.[mutation]')")
+    bash = shutil.which("bash")
+    assert bash is not None
+    out = tmp_path / "out"
+    env = {**__import__("os").environ, "MUTATION_MODULES": "model/incremental.py",
+           "MUTATION_PER_MODULE": "2", "MUTATION_SEED": "3",
+           "MUTATION_TESTS": "tests/model/test_incremental.py",
+           "MUTATION_WORK": str(tmp_path / "work"), "MUTATION_OUT": str(out)}
+    proc = subprocess.run([bash, str(SCRIPT), "--verifier"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    score = json.loads((out / "score.json").read_text())
+    assert score["scope"] == "verifier"
+    assert score["killed"] + score["crashed"] + score["timeout"] + score["survived"] == 2
+    assert score["score"] is not None and 0 <= score["score"] <= 1
+    assert set(score["per_module"]) == set(mp.VERIFIER_MODULES)
+    assert json.loads((out / "filter.json").read_text())["to_run_per_module"] == {
+        "model/incremental.py": 2}
+    bad = subprocess.run([bash, str(SCRIPT), "--verify"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "--verifier" in bad.stderr
+
+
+def test_each_verifier_mutant_runs_its_modules_tests(tmp_path: Path) -> None:
+    """The runner finds the mutated module by content (against the hashes config wrote next
+    to the configuration) and runs the tests that cover it; unmutated (the baseline), all."""
+    for m in mp.VERIFIER_MODULES:
+        (tmp_path / m).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / m, tmp_path / m)
+    assert mp.mutated_modules(tmp_path) == list(mp.VERIFIER_MODULES)  # no baseline yet
+    (tmp_path / mp.BASELINE).write_text(json.dumps(mp.module_hashes(tmp_path,
+                                                                    mp.VERIFIER_MODULES)))
+    assert mp.mutated_modules(tmp_path) == list(mp.VERIFIER_MODULES)  # nothing mutated
+    target = tmp_path / "verify/traces/tracecheck.py"
+    target.write_text(target.read_text().replace("!=", "==", 1))
+    assert mp.mutated_modules(tmp_path) == ["verify/traces/tracecheck.py"]
+    tests = mp.kill_tests(["verify/traces/tracecheck.py"])
+    assert tests[0] == mp.TEETH and "tests/trace/test_event_logs.py" in tests
+    assert set(mp.VERIFIER_KILL_TESTS) == set(mp.VERIFIER_MODULES)
+    assert mp.kill_tests(list(mp.VERIFIER_MODULES)) == list(mp.VERIFIER_TESTS)
+    out = tmp_path / "cfg" / "cr.toml"
+    out.parent.mkdir()
+    assert mp.main(["config", "--out", str(out), "--scope", "verifier"]) == 0
+    assert set(json.loads((out.parent / mp.BASELINE).read_text())) == set(mp.VERIFIER_MODULES)

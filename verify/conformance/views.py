@@ -145,12 +145,17 @@ def _manager_views(impl: KVCacheManager, cfg: KVConfig, model: Abstract,
         got = tuple(where.get(pid, DEAD) for pid in impl.eviction_order(level, pg))
         if got != order:
             out.append(f"eviction_order({level}, {pg}) {got}, model {order}")
-    occupied = {(level, pg): len(slots) for level, pg, slots in model.occupied}
-    for c in impl.slot_counts():
-        want = cfg.slots_per_level[c.level] - occupied[(c.level, c.pool_group)]
-        if c.free != want or impl.free_slots(c.level, c.pool_group) != want:
-            out.append(f"slot_counts/free_slots at ({c.level}, {c.pool_group}): {c.free} "
-                       f"free, model {want}")
+    # every (level, pool group), level-major, with its free and total slots: a pool left out
+    # or a wrong capacity is a difference too
+    want_counts = [(level, pg, cfg.slots_per_level[level] - len(slots), cfg.slots_per_level[level])
+                   for level, pg, slots in model.occupied]
+    got_counts = [(c.level, c.pool_group, c.free, c.capacity) for c in impl.slot_counts()]
+    if got_counts != want_counts:
+        out.append(f"slot_counts (level, pool group, free, capacity) {got_counts}, model "
+                   f"{want_counts}")
+    for level, pg, want, _ in want_counts:
+        if impl.free_slots(level, pg) != want:
+            out.append(f"free_slots({level}, {pg}) {impl.free_slots(level, pg)}, model {want}")
 
     def seq(sid: int | None) -> int | None:
         return None if sid is None else seq_of.get(sid, -1)

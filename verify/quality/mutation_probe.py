@@ -1,13 +1,16 @@
-"""Generic mutation testing of the implementation with cosmic-ray (`scripts/mutation.sh`).
+"""Generic mutation testing with cosmic-ray (`scripts/mutation.sh`), in two scopes: `impl`
+(the implementation, judged by the default fuzz campaign) and `verifier` (the code that
+decides verdicts, judged by the tests that cover it: `scripts/mutation.sh --verifier`).
 
 The script copies the tree to a scratch directory and drives cosmic-ray there; this module
 is its Python half, one subcommand per step:
 
-    config  write the cosmic-ray TOML for the six mutated modules
+    config  write the cosmic-ray TOML for the scope's mutated modules
     filter  mark mutants that cannot matter as skipped, then draw the (stratified) sample
-    run     the per-mutant test command: the default fuzz campaign with a budget and a
-            hard timeout; exit 0 survived, 1 killed (or timed out), 3 an error of the
-            campaign itself (usage error, no report), which `report` does not count as a kill
+    run     the per-mutant test command: the default fuzz campaign (impl) or the verifier's
+            kill tests (verifier), with a hard timeout; exit 0 survived, 1 killed (or timed
+            out), 3 an error of the campaign or test run itself (usage error, no report),
+            which `report` does not count as a kill
     report  score.json and survivors.md from a finished (or interrupted) session
 
 cosmic-ray is an optional dependency (`pip install -e ".[mutation]"`); it is imported
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import importlib
 import json
 import math
@@ -45,6 +49,46 @@ MODULES: tuple[str, ...] = (
     "impl/undo.py",
 )
 
+# The code that decides verdicts: the lockstep comparison and views, the trace checker, the
+# invariants and their derived checks, the data oracle (`scripts/mutation.sh --verifier`).
+VERIFIER_MODULES: tuple[str, ...] = (
+    "verify/conformance/abstraction.py",
+    "verify/conformance/views.py",
+    "verify/conformance/lockstep.py",
+    "verify/traces/tracecheck.py",
+    "model/invariants.py",
+    "model/fastcheck.py",
+    "model/incremental.py",
+    "impl/oracle.py",
+)
+SCOPES: dict[str, tuple[str, ...]] = {"impl": MODULES, "verifier": VERIFIER_MODULES}
+# Modules of which only some functions decide verdicts: mutants elsewhere are filtered
+# (lockstep.py also drives the two sides; its comparing parts are these).
+ONLY_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "verify/conformance/lockstep.py": ("check", "_check_queries", "_collect_data", "finish"),
+}
+# The tests that kill verifier mutants: per module, the ones that cover it, quick enough to
+# run per mutant (Hypothesis seeded, so a verdict does not depend on the run). The runner
+# finds the mutated module by its content (`baseline_hashes`), so each mutant runs its
+# module's tests only; the structural tests (`test_verifier_teeth.py`) come first.
+TEETH = "tests/verify/test_verifier_teeth.py"
+_MODEL_TESTS = (TEETH, "tests/model/test_fastcheck.py", "tests/model/test_incremental.py")
+_LOCKSTEP_TESTS = (TEETH, "tests/quality/test_reach.py", "tests/lockstep/test_regressions.py")
+VERIFIER_KILL_TESTS: dict[str, tuple[str, ...]] = {
+    "verify/conformance/abstraction.py": _LOCKSTEP_TESTS,
+    "verify/conformance/views.py": _LOCKSTEP_TESTS,
+    "verify/conformance/lockstep.py": _LOCKSTEP_TESTS,
+    "verify/traces/tracecheck.py": (TEETH, "tests/trace/test_event_logs.py",
+                                    "tests/trace/test_integrator_defects.py"),
+    "model/invariants.py": _MODEL_TESTS,
+    "model/fastcheck.py": _MODEL_TESTS,
+    "model/incremental.py": _MODEL_TESTS,
+    "impl/oracle.py": ("tests/impl/test_oracle.py", TEETH, "tests/impl/test_stream_sim.py"),
+}
+VERIFIER_TESTS: tuple[str, ...] = tuple(dict.fromkeys(
+    t for ts in VERIFIER_KILL_TESTS.values() for t in ts))
+BASELINE = "mutation-baseline.json"  # the scope's modules' hashes, unmutated (config)
+
 MARK = "kvpocket-mutation:"  # the runner's verdict line, read back by `report`
 EXIT_SURVIVED, EXIT_KILLED, EXIT_ERROR = 0, 1, 3
 
@@ -53,6 +97,7 @@ SKIP_MESSAGE = "filtered: exception message"
 SKIP_ANNOTATION = "filtered: type annotation"
 SKIP_SAMPLE = "not sampled"
 SKIP_SHARD = "other shard"  # run by another worker's copy (MUTATION_WORKERS > 1)
+SKIP_OUTSIDE = "filtered: not verdict code"  # outside ONLY_FUNCTIONS of its module
 
 # ---- config ----------------------------------------------------------------------------
 def _toml_str(s: str) -> str:
@@ -60,9 +105,11 @@ def _toml_str(s: str) -> str:
 
 
 def config_text(test_command: str, timeout_s: float,
-                exclude_operators: Sequence[str] = ()) -> str:
-    """The cosmic-ray configuration: the six modules, the local distributor, one worker."""
-    mods = ", ".join(_toml_str(m) for m in MODULES)
+                exclude_operators: Sequence[str] = (), scope: str = "impl",
+                modules: Sequence[str] = ()) -> str:
+    """The cosmic-ray configuration: the scope's modules (or `modules` of them), the local
+    distributor, one worker."""
+    mods = ", ".join(_toml_str(m) for m in (modules or SCOPES[scope]))
     excl = ", ".join(_toml_str(e) for e in exclude_operators)
     return (
         "[cosmic-ray]\n"
@@ -121,6 +168,13 @@ def skip_spans(tree: ast.Module) -> list[Span]:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns is not None:
                 spans.append(_span(SKIP_ANNOTATION, node.returns))
     return spans
+
+
+def function_spans(tree: ast.Module, functions: Sequence[str]) -> list[tuple[Pos, Pos]]:
+    """The spans of the functions (any nesting) named `functions`: the only code of the
+    module whose mutants run."""
+    return [(_start(n), _end(n)) for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name in functions]
 
 
 def skip_reason(spans: Sequence[Span], start: Pos, end: Pos) -> str | None:
@@ -186,6 +240,16 @@ def stratified_sample(mutants: Sequence[Mutant], n: int, seed: int) -> list[Muta
     return picked
 
 
+def per_module_sample(mutants: Sequence[Mutant], n: int, seed: int) -> list[Mutant]:
+    """At most `n` mutants of each module, drawn with a fixed seed from a sorted list (a
+    bounded campaign that still tries every module, the small ones included)."""
+    by_mod: dict[str, list[Mutant]] = defaultdict(list)
+    for m in sorted(mutants, key=lambda m: (m.module, m.start, m.end, m.operator, m.occurrence)):
+        by_mod[m.module].append(m)
+    return [m for k in sorted(by_mod)
+            for m in random.Random(f"{seed}:{k}").sample(by_mod[k], min(n, len(by_mod[k])))]
+
+
 def cmd_filter(args: argparse.Namespace) -> int:
     work_db = _cr("cosmic_ray.work_db")
     wi = _cr("cosmic_ray.work_item")
@@ -193,19 +257,29 @@ def cmd_filter(args: argparse.Namespace) -> int:
     counts: Counter[str] = Counter()
     with work_db.use_db(args.session, work_db.WorkDB.Mode.open) as db:
         pending = [_mutant(item) for item in db.pending_work_items]
-        cache: dict[str, list[Span]] = {}
+        cache: dict[str, tuple[list[Span], list[tuple[Pos, Pos]] | None]] = {}
         keep: list[Mutant] = []
         for m in pending:
             if m.module not in cache:
-                cache[m.module] = skip_spans(ast.parse((root / m.module).read_text()))
-            spans = cache[m.module]
+                tree = ast.parse((root / m.module).read_text())
+                only = ONLY_FUNCTIONS.get(m.module)
+                cache[m.module] = (skip_spans(tree),
+                                   None if only is None else function_spans(tree, only))
+            spans, inside = cache[m.module]
             reason = skip_reason(spans, m.start, m.end)
+            if reason is None and inside is not None and not any(
+                    a <= m.start and m.end <= b for a, b in inside):
+                reason = SKIP_OUTSIDE
             if reason is None:
                 keep.append(m)
                 continue
             counts[reason] += 1
             db.set_result(m.job_id, wi.WorkResult(output=reason, worker_outcome=wi.WorkerOutcome.SKIPPED))
-        chosen = keep if args.sample == "all" else stratified_sample(keep, int(args.sample), args.seed)
+        if args.per_module:
+            chosen = per_module_sample(keep, args.per_module, args.seed)
+        else:
+            chosen = keep if args.sample == "all" else \
+                stratified_sample(keep, int(args.sample), args.seed)
         chosen_ids = {m.job_id for m in chosen}
         dropped = [m.job_id for m in keep if m.job_id not in chosen_ids]
         if dropped:
@@ -272,13 +346,52 @@ def classify_exit(rc: int | None, timed_out: bool) -> tuple[str, int]:
     return f"error rc={rc}", EXIT_ERROR  # 2 (usage) or a signal: the probe, not the mutant
 
 
+def test_command(seed: int, tests: Sequence[str] = VERIFIER_TESTS,
+                 python: str = sys.executable) -> list[str]:
+    """The verifier scope's kill tests: stop at the first failure, Hypothesis seeded."""
+    return [python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
+            f"--hypothesis-seed={seed}", "-m", "not slow and not gpu", *tests]
+
+
+def classify_pytest(rc: int | None, timed_out: bool) -> tuple[str, int]:
+    """pytest's exit status -> (verdict, exit status for cosmic-ray): 1 a test failed;
+    2 a collection error (the mutant broke an import: a crash); 3-5 the run itself."""
+    if not timed_out and rc == 2:
+        return "crashed", EXIT_KILLED
+    if not timed_out and rc is not None and rc >= 3:
+        return f"error rc={rc}", EXIT_ERROR
+    return classify_exit(rc, timed_out)
+
+
+def module_hashes(root: Path, modules: Sequence[str]) -> dict[str, str]:
+    return {m: hashlib.sha256((root / m).read_bytes()).hexdigest() for m in modules}
+
+
+def mutated_modules(root: Path) -> list[str]:
+    """The verifier modules whose content differs from the baseline config wrote (the one
+    cosmic-ray mutated); every module when there is no baseline."""
+    try:
+        base = json.loads((root / BASELINE).read_text())
+    except (OSError, ValueError):
+        return list(VERIFIER_MODULES)
+    now = module_hashes(root, list(base))
+    return [m for m in base if now[m] != base[m]] or list(VERIFIER_MODULES)
+
+
+def kill_tests(modules: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(t for m in modules for t in VERIFIER_KILL_TESTS.get(m, ())))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     root = repo_root()
     env = dict(os.environ, PYTHONPATH=str(root / ".devpath"), PYTHONDONTWRITEBYTECODE="1")
     t0 = time.monotonic()
+    verifier = args.scope == "verifier"
     with tempfile.TemporaryDirectory(prefix="kvmut-") as out:
-        proc = subprocess.Popen(fuzz_command(args.budget, args.seed, out,
-                                             examples=args.examples), cwd=root, env=env,
+        cmd = test_command(args.seed, _listed(args.tests) or kill_tests(mutated_modules(root))) \
+            if verifier else \
+            fuzz_command(args.budget, args.seed, out, examples=args.examples)
+        proc = subprocess.Popen(cmd, cwd=root, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         timed_out = False
@@ -293,7 +406,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             output, _ = proc.communicate()
         kill_at = examples_to_kill(Path(out) / "report.json")
     text = output.decode("utf-8", "replace")
-    verdict, code = classify_exit(proc.returncode, timed_out)
+    verdict, code = (classify_pytest if verifier else classify_exit)(proc.returncode, timed_out)
+    if verifier:
+        failed = [ln for ln in text.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+        print("\n".join(failed[:1] or text.splitlines()[-4:]))
+        print(f"{MARK} {verdict} seconds={time.monotonic() - t0:.1f}")
+        return code
     if verdict == "killed" and "Traceback (most recent call last)" in text and "fuzz campaign" not in text:
         verdict = "crashed"  # the CLI died before reporting: still a kill, counted apart
     lines = text.splitlines()
@@ -366,7 +484,9 @@ def summarize(rows: Sequence[tuple[Mutant, str]], total: int, equivalents: dict[
         "skipped_type_annotation": c["skipped:" + SKIP_ANNOTATION],
         "skipped_other_filters": sum(v for k, v in c.items() if k.startswith("skipped:")
                                      and k not in ("skipped:" + SKIP_MESSAGE,
-                                                   "skipped:" + SKIP_ANNOTATION, "skipped:" + SKIP_SAMPLE)),
+                                                   "skipped:" + SKIP_ANNOTATION, "skipped:" + SKIP_SAMPLE,
+                                                   "skipped:" + SKIP_OUTSIDE)),
+        "skipped_not_verdict_code": c["skipped:" + SKIP_OUTSIDE],
         "not_sampled": c["skipped:" + SKIP_SAMPLE],
         "after_filters": total - sum(v for k, v in c.items() if k.startswith("skipped:")
                                      and k != "skipped:" + SKIP_SAMPLE),
@@ -437,9 +557,10 @@ def cmd_report(args: argparse.Namespace) -> int:
                                if r is not None) if x is not None)
     if kills:  # the machine-independent measure, with MUTATION_EXAMPLES
         score["examples_to_kill"] = {"median": statistics.median(kills), "worst": kills[-1]}
+    score["scope"] = args.scope
     score["per_module"] = {
         mod: dict(Counter(o for m, o in rows if m.module == mod and not o.startswith("skipped")))
-        for mod in MODULES
+        for mod in SCOPES[args.scope]
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -455,12 +576,28 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 # ---- CLI -------------------------------------------------------------------------------
+def _listed(text: str | None) -> list[str]:
+    return [e for e in (text or "").split(",") if e]
+
+
 def cmd_config(args: argparse.Namespace) -> int:
-    command = " ".join([sys.executable, "-m", "kvpocket.verify.quality.mutation_probe", "run",
-                        "--budget", str(args.budget), "--hard", str(args.hard), "--seed", str(args.seed),
-                        "--examples", str(args.examples)])
-    excl = [e for e in (args.exclude_operators or "").split(",") if e]
-    Path(args.out).write_text(config_text(command, args.hard + 30, excl))
+    modules = _listed(args.modules)
+    unknown = [m for m in modules if m not in SCOPES[args.scope]]
+    if unknown:
+        print(f"mutation_probe: --modules: {', '.join(unknown)} not in the {args.scope} scope "
+              f"(allowed: {', '.join(SCOPES[args.scope])})", file=sys.stderr)
+        return 2
+    command = [sys.executable, "-m", "kvpocket.verify.quality.mutation_probe", "run",
+               "--budget", str(args.budget), "--hard", str(args.hard), "--seed", str(args.seed),
+               "--examples", str(args.examples), "--scope", args.scope]
+    if args.tests:
+        command += ["--tests", args.tests]
+    excl = _listed(args.exclude_operators)
+    if args.scope == "verifier":  # what the runner (in the tree of `--out`) compares with
+        (Path(args.out).parent / BASELINE).write_text(
+            json.dumps(module_hashes(repo_root(), VERIFIER_MODULES)) + "\n")
+    Path(args.out).write_text(config_text(" ".join(command), args.hard + 30, excl, args.scope,
+                                          modules))
     return 0
 
 
@@ -474,6 +611,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--exclude-operators", default="")
     c.add_argument("--examples", type=int, default=0)
+    c.add_argument("--scope", choices=sorted(SCOPES), default="impl")
+    c.add_argument("--modules", default="", help="comma-separated: only these of the scope")
+    c.add_argument("--tests", default="", help="comma-separated: the verifier's kill tests "
+                   "instead of VERIFIER_TESTS")
     c.set_defaults(fn=cmd_config)
     f = sub.add_parser("filter")
     f.add_argument("session")
@@ -481,6 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("--sample", default="all")
     f.add_argument("--seed", type=int, default=12)
     f.add_argument("--json")
+    f.add_argument("--per-module", type=int, default=0,
+                   help="at most this many mutants per module instead of --sample")
     f.set_defaults(fn=cmd_filter)
     sh = sub.add_parser("shard")
     sh.add_argument("session")
@@ -492,11 +635,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--hard", type=float, default=45.0)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--examples", type=int, default=0)
+    r.add_argument("--scope", choices=sorted(SCOPES), default="impl")
+    r.add_argument("--tests", default="")
     r.set_defaults(fn=cmd_run)
     rep = sub.add_parser("report")
     rep.add_argument("sessions", nargs="+")
     rep.add_argument("--out", required=True)
     rep.add_argument("--equivalents")
+    rep.add_argument("--scope", choices=sorted(SCOPES), default="impl")
     rep.set_defaults(fn=cmd_report)
     args = p.parse_args(argv)
     code: int = args.fn(args)
