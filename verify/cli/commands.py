@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpocket.impl.backend import gpu_available
-from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy
+from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy, check_fits
 from kvpocket.model.errors import UsageError
 from kvpocket.model.overrides import ENV as OVERRIDES_ENV
 from kvpocket.model.overrides import overriding
@@ -70,8 +70,10 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(message)
 
 
-def config_from_args(name: str | None, policy: str | None, pocket: bool = True) -> KVConfig:
-    """`--config` (a preset or a JSON configuration file) with `--policy` applied."""
+def config_from_args(name: str | None, policy: str | None, pocket: bool = True,
+                     builds: str = "model") -> KVConfig:
+    """`--config` (a preset or a JSON configuration file) with `--policy` applied; what the
+    command `builds` from it is estimated and refused when too large (`check_fits`)."""
     try:
         cfg = config_named(name or DEFAULT_PRESET)
     except ConfigFileError as exc:
@@ -80,6 +82,10 @@ def config_from_args(name: str | None, policy: str | None, pocket: bool = True) 
         cfg = cfg.with_pocket(enabled=pocket, policy=PocketPolicy.parse(policy, "--policy"))
     elif not pocket:
         cfg = cfg.with_pocket(enabled=False)
+    try:
+        check_fits(cfg, builds)
+    except ConfigError as exc:
+        raise CliError(f"argument --config: {name}: {exc}") from None
     return cfg
 
 
@@ -289,7 +295,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     if args.policy is not None:
         PocketPolicy.parse(args.policy, "--policy")
     if args.config is not None:
-        config_from_args(args.config, args.policy)  # an unknown preset, before any work
+        config_from_args(args.config, args.policy, builds="lockstep")  # before any work
     check_database(args.database)
     check_outputs([("--json", args.json)], [("--out", args.out), ("--database", args.database)])
     backend = PROFILES[profile].backend if args.profile and args.backend == "numpy" \
@@ -374,6 +380,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         trace = read_trace(Path(args.trace), allow_unterminated=args.allow_unterminated)
     except TraceError as exc:
         raise CliError(str(exc)) from None
+    try:
+        check_fits(trace.config, "lockstep")
+    except ConfigError as exc:
+        raise CliError(f"{args.trace}: header field \"config\": {exc}") from None
     backend = args.backend or trace.backend
     if backend == "cupy":
         if args.backend:
@@ -499,7 +509,7 @@ def _trace_check(args: argparse.Namespace) -> int:
 def _trace_record(args: argparse.Namespace) -> int:
     check_int("--steps", args.steps, 1, MAX_RECORD_STEPS)
     check_int("--seed", args.seed, 0, MAX_SEED)
-    cfg = config_from_args(args.config, args.policy)
+    cfg = config_from_args(args.config, args.policy, builds="impl")
     check_output("--out", args.out)
     try:
         stats = record(cfg, args.steps, args.seed, args.out)

@@ -41,11 +41,12 @@ from typing import Any, TextIO
 
 from kvpocket.model import errors as model_errors
 from kvpocket.model.api import API, CLASH, CLASH_LABELS, HIT, REUSE, Param
-from kvpocket.model.config import ConfigError, KVConfig
+from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
 from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS
 from kvpocket.verify.traces.alphabet import api_form, check_params, trace_params
+from kvpocket.verify.usage import JsonValueError, huge_int_message, strict_loads
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
@@ -267,15 +268,20 @@ class _Framing:
             raise TraceError(f"{self.name}: the {self.what} is empty (expected a header line)")
         lineno, text, complete = first
         self.header_line = self.last_line = lineno
-        header = self._parse(lineno, text, complete)
-        if not isinstance(header, dict) or not _is_int(header.get("kvpocket_trace")) \
-                or header["kvpocket_trace"] != TRACE_VERSION:
+        header = self._parse(lineno, text, complete, strict=True)
+        version = header.get("kvpocket_trace") if isinstance(header, dict) else None
+        if version is not None and not (_is_int(version) and version == TRACE_VERSION):
+            raise TraceError(f"{self.name}:{lineno}: a kvpocket {self.what} of format version "
+                             f"{json.dumps(header['kvpocket_trace'])[:40]}; this kvpocket reads "
+                             f"version {TRACE_VERSION} only (\"kvpocket_trace\": {TRACE_VERSION})")
+        if not isinstance(header, dict) or "kvpocket_trace" not in header:
             raise TraceError(f"{self.name}:{lineno}: not a kvpocket trace header (expected "
                              f"{{\"kvpocket_trace\": {TRACE_VERSION}, \"config\": ...}})")
         where = f"{self.name}:{lineno}"
         check_kind(header, where)
         _check_header_fields(header, fields, where, self.what)
         cfg = _header_config(header, where)
+        _check_ints(header, where)  # a seed of 10**30 is no seed
         self.digest.add(text)
         return header, cfg
 
@@ -336,9 +342,10 @@ class _Framing:
             raise TraceError(f"{where}: the end marker's digest does not match the lines "
                              f"above it: the {self.what} was altered")
 
-    def _parse(self, lineno: int, text: str, complete: bool) -> Any:
+    def _parse(self, lineno: int, text: str, complete: bool, strict: bool = False) -> Any:
+        """A line's JSON; `strict` (the header): no key twice, no integer beyond 64 bits."""
         try:
-            return json.loads(text)
+            return strict_loads(text) if strict else json.loads(text)
         except json.JSONDecodeError as exc:
             if not complete:  # a writer that died mid-line leaves a truncated last line
                 raise TraceError(f"{self.name}:{lineno}: the {self.what} is truncated (last "
@@ -348,6 +355,10 @@ class _Framing:
         except RecursionError:
             raise TraceError(f"{self.name}:{lineno}: invalid JSON: nested too deeply"
                              ) from None
+        except JsonValueError as exc:
+            raise TraceError(f"{self.name}:{lineno}: {exc}") from None
+        except ValueError:  # Python's int-string limit: an integer of thousands of digits
+            raise TraceError(f"{self.name}:{lineno}: {huge_int_message(text)}") from None
 
 
 def _count(n: int, what: str) -> str:
@@ -406,7 +417,9 @@ _COMMON_HEADER = {
     "kind": HeaderField(_any, "a kind"),
     "config": HeaderField(_any, "a configuration object"),
     "source": HeaderField(_is_str, "a string"),
-    "policy": HeaderField(_is_str, "a string (a pocket policy's name)"),
+    # informational (the config's pocket says what runs), but never a name of no policy
+    "policy": HeaderField(lambda v: v in {p.value for p in PocketPolicy},
+                          "one of " + ", ".join(p.value for p in PocketPolicy)),
 }
 TRACE_HEADER: dict[str, HeaderField] = {
     **_COMMON_HEADER,
@@ -433,12 +446,16 @@ TRACE_LINE_KEYS = ("action", "params", "layer", "choices")
 EVENT_LINE_KEYS = (*TRACE_LINE_KEYS, "result", "observed")
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
 def _check_header_fields(header: dict[str, Any], fields: dict[str, HeaderField], where: str,
                          what: str) -> None:
     unknown = sorted(set(header) - set(fields))
     if unknown:
         raise TraceError(f"{where}: unknown header field {', '.join(map(repr, unknown))}; "
-                         f"the header of a {what} has {', '.join(fields)}")
+                         f"the header of {_a(what)} has {', '.join(fields)}")
     for key, value in header.items():
         f = fields[key]
         if not f.ok(value):
