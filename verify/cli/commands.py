@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import inspect
 import json
 import os
@@ -297,7 +298,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     if args.config is not None:
         config_from_args(args.config, args.policy, builds="lockstep")  # before any work
     check_database(args.database)
-    check_outputs([("--json", args.json)], [("--out", args.out), ("--database", args.database)])
+    check_outputs([("--json", args.json)], [("--out", args.out), ("--database", args.database)],
+                  inputs=[("--config", args.config)])
     backend = PROFILES[profile].backend if args.profile and args.backend == "numpy" \
         else args.backend
     if backend == "cupy":
@@ -324,6 +326,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     print_campaign(report)
     if args.json:
         write_json(report, args.json)
+    _refuse_unwritten(report.failures)
     if report.failures:
         return EXIT_FOUND
     if report.interrupted:
@@ -353,12 +356,22 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
     print_matrix(report, verbose=args.verbose)
     if args.json:
         write_matrix_json(report, args.json)
+    _refuse_unwritten(report.failures)
     if report.failures:
         return EXIT_FOUND
     if report.steps == 0 and not report.interrupted:
         raise CliError("the campaign ran no step, so it checked nothing; give it more "
                        "--examples or --minutes")
     return EXIT_INTERRUPTED if report.interrupted else EXIT_OK
+
+
+def _refuse_unwritten(failures: Sequence[Any]) -> None:
+    """A finding whose trace could not be written (a full disk) was reported above; the
+    run still ends as a usage error naming the file (exit 2): its reproducer is lost."""
+    lost = [f.unwritten for f in failures if f.unwritten]
+    if lost:
+        raise CliError(f"{lost[0]}: the failure is reported above, but its trace and "
+                       "reproducer were not kept")
 
 
 def _replay_args(p: argparse.ArgumentParser) -> None:
@@ -420,7 +433,8 @@ def cmd_prove(args: argparse.Namespace) -> int:
     check_int("--workers", args.workers, 1, max_workers())
     check_int("--depth", args.depth, 0, prove.MAX_DEPTH)
     check_int("--page-depth", args.page_depth, 0, prove.MAX_DEPTH)
-    check_outputs([("--json", args.json_path)], [("--out", args.out)])
+    check_outputs([("--json", args.json_path)], [("--out", args.out)],
+                  inputs=[("--config", args.config)])
     # Options that prove.py adds beyond these reach run_prove by their parameter names.
     known = {"config", "policy", "depth", "json_path", "out", "workers", "page_depth"}
     accepted = inspect.signature(prove.run_prove).parameters
@@ -510,7 +524,7 @@ def _trace_record(args: argparse.Namespace) -> int:
     check_int("--steps", args.steps, 1, MAX_RECORD_STEPS)
     check_int("--seed", args.seed, 0, MAX_SEED)
     cfg = config_from_args(args.config, args.policy, builds="impl")
-    check_output("--out", args.out)
+    check_outputs([("--out", args.out)], inputs=[("--config", args.config)])
     try:
         stats = record(cfg, args.steps, args.seed, args.out)
     except OSError as exc:
@@ -596,7 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = " ".join(x for x in ("kvpocket", _command_of(argv)) if x)
     real_stdout = sys.stdout
-    sys.stdout = _GuardedStdout(real_stdout)
+    # `kvpocket ... >&-`: Python starts with sys.stdout None; a write is then refused
+    sys.stdout = _GuardedStdout(real_stdout if real_stdout is not None else _ClosedStdout())
     try:
         if os.environ.get(MUTANT_ENV) is not None:  # never a hidden switch: say so and stop
             raise CliError(f"environment variable {MUTANT_ENV} is no longer read (impl/ has "
@@ -700,9 +715,30 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+class _ClosedStdout:
+    """Standard output when it was closed before the start (`>&-`): every write fails as
+    a closed file descriptor does (EBADF), so it is reported once, as any refused write."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
 def _drop_stdout() -> None:
     """Send what is still buffered for stdout nowhere, so the exit adds no traceback."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from kvpocket.model import errors as model_errors
 from kvpocket.model.api import API, CLASH, CLASH_LABELS, HIT, REUSE, Param
@@ -46,7 +46,7 @@ from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS
 from kvpocket.verify.traces.alphabet import api_form, check_params, trace_params
-from kvpocket.verify.usage import JsonValueError, huge_int_message, strict_loads
+from kvpocket.verify.usage import CliError, JsonValueError, huge_int_message, strict_loads
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
@@ -145,9 +145,22 @@ class Trace:
         write_atomic(path, "\n".join(self.lines()) + "\n")
 
 
+class OutputError(CliError):
+    """A report, trace or log that could not be written (a full disk, a bad path, a
+    folder in the way): one line naming the file, exit status 2 (`CliError`). What was
+    written elsewhere is kept; the file itself is left as it was."""
+
+    def __init__(self, path: str | Path, exc: OSError) -> None:
+        why = exc.strerror or type(exc).__name__
+        super().__init__(f"cannot write {path} ({why})")
+        self.path, self.errno = str(path), exc.errno
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write a whole file or nothing: a temporary file in the same folder, then a rename,
-    so a reader never sees half a file and an interrupted write leaves the old one."""
+    so a reader never sees half a file and an interrupted write leaves the old one. The
+    one writer of every report, trace, reproducer and log kvpocket writes; a failure to
+    write raises `OutputError`."""
     with atomic_output(path) as f:
         f.write(text)
 
@@ -155,22 +168,53 @@ def write_atomic(path: str | Path, text: str) -> None:
 @contextlib.contextmanager
 def atomic_output(path: str | Path) -> Iterator[TextIO]:
     """A text file to write `path` through: a temporary file in the same folder, renamed
-    over `path` when the block ends normally, removed when it raises (Ctrl-C included).
-    The new file gets the old one's permissions, or the usual ones (umask applied)."""
+    over `path` when the block ends normally, removed when it raises (Ctrl-C and SIGTERM
+    included: `interrupts` turns SIGTERM into an exception). The new file gets the old
+    one's permissions, or the usual ones (umask applied). An OSError while writing it
+    (ENOSPC, a folder in the way, a path through a file) raises `OutputError` naming it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(path, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _mode_for(path))
-        os.replace(tmp, path)
-    except BaseException:
+            yield cast(TextIO, _Guarded(f, path))
+            _io(path, f.flush)
+            _io(path, lambda: os.fsync(f.fileno()))
+        _io(path, lambda: os.chmod(tmp, _mode_for(path)))
+        _io(path, lambda: os.replace(tmp, path))
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            # the close in `with os.fdopen` flushes: a full disk shows there too
+            raise OutputError(path, exc) from None
         raise
+
+
+def _io(path: Path, op: Callable[[], object]) -> None:
+    try:
+        op()
+    except OSError as exc:
+        raise OutputError(path, exc) from None
+
+
+class _Guarded:
+    """The temporary file, with a failed write raised as `OutputError` naming `path`."""
+
+    def __init__(self, f: TextIO, path: Path) -> None:
+        self._f, self._path = f, path
+
+    def write(self, text: str) -> int:
+        try:
+            return self._f.write(text)
+        except OSError as exc:
+            raise OutputError(self._path, exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 def unused_path(path: Path) -> Path:
