@@ -32,7 +32,12 @@ from kvpocket.model.overrides import overriding
 from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify import patching
 from kvpocket.verify.bench.suite import add_bench_arguments, run_bench
-from kvpocket.verify.interrupts import interrupt_scope, was_interrupted, z3_leaves_ctrl_c_to_us
+from kvpocket.verify.interrupts import (
+    exit_status,
+    interrupt_scope,
+    was_interrupted,
+    z3_leaves_ctrl_c_to_us,
+)
 from kvpocket.verify.presets import (
     DEFAULT_PRESET,
     PRESETS,
@@ -606,7 +611,11 @@ def _command_of(argv: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:  # a Ctrl-C before the scope below: one line, never a traceback
+        parser = build_parser()
+    except KeyboardInterrupt:
+        print("kvpocket: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = " ".join(x for x in ("kvpocket", _command_of(argv)) if x)
     real_stdout = sys.stdout
@@ -627,13 +636,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{prog}: interrupted", file=sys.stderr)
                 code = EXIT_INTERRUPTED
             sys.stdout.flush()  # a write error shows here, not at exit as a traceback
-        return code
+        return exit_status() if code == EXIT_INTERRUPTED else code
     except (CliError, ConfigError, UsageError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_status()
     except BrokenPipeError:  # `kvpocket ... | head`: the reader left; not an error of ours
         _drop_stdout()
         return EXIT_OK
