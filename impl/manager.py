@@ -35,7 +35,7 @@ from typing import Any, Literal, TextIO
 
 import numpy as np
 
-from kvpocket.model.config import NO_SLOT, KVConfig, SeqStatus
+from kvpocket.model.config import NO_SLOT, KVConfig, SeqStatus, check_fits
 
 from .allocator import SlotPolicy
 from .backend import Backend, make_backend
@@ -110,6 +110,7 @@ class KVCacheManager:
                 or not 1 <= slot_elems <= 1 << 24):
             raise CapacityError(f"slot_elems must be an int in [1, 2**24], got {slot_elems!r}",
                                 parameter="slot_elems")
+        check_fits(cfg, "impl", slot_elems)  # the pools' size, before any is allocated
         self.cfg = cfg
         self.backend: Backend = make_backend(backend, **(backend_options or {}))
         self.slot_elems = slot_elems

@@ -7,6 +7,7 @@ different experiment.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from functools import cached_property
@@ -121,13 +122,24 @@ class CommitState(IntEnum):
     USER_STOP = 1
 
 
-def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"an integer >= {lo}" + (f" and <= {hi}" if hi else ""), value)
-    if value < lo or (hi is not None and value > hi):
-        allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
-        raise ConfigError(name, allowed, value)
+INT64_MAX = 2**63 - 1  # every integer field is a signed 64-bit value at most
+# A window or a sink is at most the longest sequence a config can describe (max_blocks x
+# tokens_per_block at their maxima): beyond it the window arithmetic (h + 1 - w, in
+# NumPy's int64 as well) means nothing, and 10**30 overflowed inside the kit.
+MAX_TOKENS = (1 << 20) * 4096
+
+
+def _check_int(name: str, value: object, lo: int, hi: int = INT64_MAX) -> int:
+    """An integer field in [lo, hi]: every field has an upper bound (64-bit at most)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(name, f"an integer in [{lo}, {_num(hi)}]", value)
     return value
+
+
+def _num(n: int) -> str:
+    """A bound as a reader checks it: 2**k for the large powers of two."""
+    return f"2**{n.bit_length() - 1}" if n >= 1 << 16 and n & (n - 1) == 0 else (
+        "2**63-1" if n == INT64_MAX else str(n))
 
 
 @dataclass(frozen=True)
@@ -150,8 +162,8 @@ class LifeCycle:
         if not self.name or not isinstance(self.name, str):
             raise ConfigError(f"{where}.name", "a non-empty string", self.name)
         if self.window is not None:
-            _check_int(f"{where}.window", self.window, 1)
-        _check_int(f"{where}.sink_tokens", self.sink_tokens, 0)
+            _check_int(f"{where}.window", self.window, 1, MAX_TOKENS)
+        _check_int(f"{where}.sink_tokens", self.sink_tokens, 0, MAX_TOKENS)
         if self.sink_tokens and self.window is None:
             raise ConfigError(f"{where}.sink_tokens", "0 for a full-attention life cycle", 0)
         _check_int(f"{where}.pool_group", self.pool_group, 0)
@@ -364,15 +376,22 @@ class KVConfig:
         }
 
     @staticmethod
-    def from_json(data: object) -> KVConfig:
-        """Build a config from `to_json` output; unknown or missing fields are named."""
+    def from_json(data: object, complete: bool = False) -> KVConfig:
+        """Build a config from `to_json` output; unknown fields are named. `complete`
+        (a configuration file): every field must be given, a missing one is an error
+        listing what is missing and the values allowed (no silent default for the thing
+        under test: a pocket without "enabled" would run with the pocket off). Otherwise
+        (a trace or log header) fields written by later versions may be left out."""
         if not isinstance(data, dict):
             raise ConfigError("config", "a JSON object", data)
-        known = {"tokens_per_block", "life_cycles", "slots_per_level", "num_sequences",
-                 "max_blocks", "max_pages", "pocket", "order"}
-        for key in data:
-            if key not in known:
-                raise ConfigError(str(key), "one of " + ", ".join(sorted(known)), "unknown field")
+        cfg = KVConfig._from_json(data)  # the values given are checked first
+        if complete:
+            _require_all(data)
+        return cfg
+
+    @staticmethod
+    def _from_json(data: dict[Any, Any]) -> KVConfig:
+        _closed(data, FIELDS, "")
         kwargs: dict[str, Any] = {}
         for key in ("tokens_per_block", "num_sequences", "max_blocks", "max_pages"):
             if key in data:
@@ -391,29 +410,164 @@ class KVConfig:
             for i, item in enumerate(lcs):
                 if not isinstance(item, dict):
                     raise ConfigError(f"life_cycles[{i}]", "an object", item)
-                try:
-                    built.append(LifeCycle(**item))
-                except TypeError as exc:
-                    raise ConfigError(
-                        f"life_cycles[{i}]",
-                        "fields name, window, sink_tokens, pool_group, priority", str(exc),
-                    ) from None
+                _closed(item, LIFE_CYCLE_FIELDS, f"life_cycles[{i}].")
+                if "name" not in item:
+                    raise ConfigError(f"life_cycles[{i}].name", "a non-empty string", None)
+                built.append(LifeCycle(**item))
             kwargs["life_cycles"] = tuple(built)
         if "pocket" in data:
             p = data["pocket"]
             if not isinstance(p, dict):
                 raise ConfigError("pocket", "an object", p)
-            pocket_known = {"enabled", "capacity", "policy", "evict_parked"}
-            for key in p:
-                if key not in pocket_known:
-                    raise ConfigError(f"pocket.{key}", "one of " + ", ".join(sorted(pocket_known)),
-                                      "unknown field")
+            _closed(p, POCKET_FIELDS, "pocket.")
             kwargs["pocket"] = PocketConfig(
                 enabled=p.get("enabled", False), capacity=p.get("capacity", 2),
                 policy=PocketPolicy.parse(p.get("policy", "revalidate")),
                 evict_parked=EvictParked.parse(p.get("evict_parked", "drop")),
             )
         return KVConfig(**kwargs)
+
+
+# A configuration file's fields and the values each takes (the message for a missing or
+# unknown one lists them).
+FIELDS = {
+    "tokens_per_block": "an integer in [1, 4096]",
+    "life_cycles": "a list of life cycles",
+    "slots_per_level": "a list of 1 to 3 slot counts, each in [1, 2**24]",
+    "num_sequences": "an integer in [1, 2**20]",
+    "max_blocks": "an integer in [1, 2**20]",
+    "max_pages": "an integer in [1, 2**26], or 0 to derive it",
+    "pocket": "an object",
+    "order": "any or lru",
+}
+LIFE_CYCLE_FIELDS = {
+    "name": "a non-empty string",
+    "window": f"null (full attention) or an integer in [1, {_num(MAX_TOKENS)}]",
+    "sink_tokens": f"an integer in [0, {_num(MAX_TOKENS)}]",
+    "pool_group": "an integer, pool groups numbered 0..G-1",
+    "priority": f"an integer in [{PRIORITY_MIN}, {PRIORITY_MAX}]",
+}
+POCKET_FIELDS = {
+    "enabled": "true or false",
+    "capacity": "an integer in [1, 8]",
+    "policy": "revalidate, pin or unsafe",
+    "evict_parked": "drop or migrate",
+}
+
+
+def _closed(data: dict[Any, Any], fields: dict[str, str], prefix: str) -> None:
+    """No unknown field."""
+    for key in data:
+        if key not in fields:
+            raise FieldSetError(f"{prefix}{key}", f"unknown config field '{prefix}{key}'; "
+                                "expected one of " + ", ".join(f"{prefix}{k}" for k in fields))
+
+
+def _require_all(data: dict[str, Any]) -> None:
+    """Every field of a configuration file given (all the missing ones named at once)."""
+    missing = [(k, FIELDS[k]) for k in FIELDS if k not in data]
+    for i, lc in enumerate(data.get("life_cycles", [])):
+        missing += [(f"life_cycles[{i}].{k}", v) for k, v in LIFE_CYCLE_FIELDS.items()
+                    if k not in lc]
+    if "pocket" in data:
+        missing += [(f"pocket.{k}", v) for k, v in POCKET_FIELDS.items()
+                    if k not in data["pocket"]]
+    if missing:
+        raise FieldSetError(missing[0][0], "a configuration file states every field; "
+                            "missing: " + "; ".join(f"{k} ({v})" for k, v in missing))
+
+
+class FieldSetError(ConfigError):
+    """An unknown or a missing field of a configuration object (the message says which)."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        ValueError.__init__(self, message)
+        self.field_name, self.allowed, self.got = field_name, message, None
+
+
+# ---- what a run would build: estimated, and refused, before anything is built -------------
+
+BUILDS = ("model", "impl", "lockstep")  # what a command builds from a configuration
+ITEM_BYTES = 4  # a slot element, a stamp, a page-table entry: float32 / uint32 / int32
+# The lockstep checks every slot and every sequence's page table after every step, and a
+# rule may run a step per sequence: about sequences x (slots + table cells) checks per
+# example. 2**20 is a few seconds an example on one core (measured: 2 sequences with
+# 2 x 2**17 slots, 0.5 s; 256 sequences of 16 blocks, 5.5 s).
+LOCKSTEP_MAX_CHECKS = 1 << 20
+
+
+class ConfigTooLarge(ConfigError):
+    """A configuration whose structures would not fit the machine (or whose lockstep would
+    not finish an example promptly): the message names the field that drives the size,
+    the estimate and the limit."""
+
+    def __init__(self, field_name: str, estimate: str, limit: str) -> None:
+        ValueError.__init__(self, f"config field '{field_name}' is too large for this run: "
+                            f"{estimate}, and the limit is {limit}")
+        self.field_name, self.allowed, self.got = field_name, limit, estimate
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes (8 GiB when the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 8 << 30
+
+
+def memory_limit() -> int:
+    """What one run may build: half the machine's memory (the rest is Python, Hypothesis,
+    the copies a step makes, and other work)."""
+    return machine_memory() // 2
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def build_estimate(cfg: KVConfig, builds: str = "impl", slot_elems: int | None = None
+                   ) -> dict[str, int]:
+    """Bytes a run would allocate, by the field that drives each part. `model`: nothing
+    of size (the model's slot and page stores are sparse); `impl`: the slot pools (slots x
+    levels x pool groups x slot size) and the sequences' page tables; `lockstep`: those,
+    plus the data oracle's expected stamps and its window masks ((t + 1)^2 x t)."""
+    if builds == "model":
+        return {}
+    t = cfg.tokens_per_block
+    elems = max(8, t) if slot_elems is None else slot_elems  # the implementation's default
+    slots = sum(cfg.slots_per_level) * cfg.num_pool_groups
+    table = cfg.num_sequences * cfg.num_life_cycles * cfg.max_blocks
+    out = {"slots_per_level": slots * elems * ITEM_BYTES, "num_sequences": table * ITEM_BYTES}
+    if builds == "lockstep":
+        out["num_sequences"] += table * max(1, elems // t) * ITEM_BYTES
+        out["tokens_per_block"] = 3 * (t + 1) ** 2 * t  # bool masks and their temporaries
+    return out
+
+
+def check_fits(cfg: KVConfig, builds: str = "impl", slot_elems: int | None = None) -> None:
+    """Refuse (`ConfigTooLarge`) a configuration whose structures would exceed
+    `memory_limit()`, or, for the lockstep, whose checks per example would exceed
+    LOCKSTEP_MAX_CHECKS: before anything is built, never a MemoryError half-way or a run
+    that prints nothing for minutes."""
+    parts = build_estimate(cfg, builds, slot_elems)
+    total, limit = sum(parts.values()), memory_limit()
+    if total > limit:
+        field_name = max(parts, key=lambda k: parts[k])
+        raise ConfigTooLarge(field_name, f"it would build about {_gib(total)} ("
+                             + ", ".join(f"{k}: {_gib(v)}" for k, v in parts.items() if v)
+                             + ")", f"{_gib(limit)} (half of this machine's "
+                             f"{_gib(machine_memory())})")
+    if builds == "lockstep":
+        slots = sum(cfg.slots_per_level) * cfg.num_pool_groups
+        table = cfg.num_sequences * cfg.num_life_cycles * cfg.max_blocks
+        checks = cfg.num_sequences * (slots + table)
+        if checks > LOCKSTEP_MAX_CHECKS:
+            field_name = "slots_per_level" if slots >= table else "num_sequences"
+            raise ConfigTooLarge(
+                field_name, f"the lockstep would make about {checks:,} checks per example "
+                "(sequences x (slots + sequences x life cycles x blocks))",
+                f"{LOCKSTEP_MAX_CHECKS:,} (a few seconds an example; the small presets "
+                "reach every hazard, docs/small-scope.md)")
 
 
 # ---- window arithmetic (upstream `AttnLifeCycle.get_stale_range`) -------------------------

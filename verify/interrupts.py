@@ -11,6 +11,12 @@ caller records an interrupted run as a result; `stop_if_interrupted()` raises ag
 Worker processes (`quiet_worker`) leave Ctrl-C to their parent, which terminates them:
 the parent alone decides, so it can stop within a second whatever the workers are in.
 
+SIGTERM (`kill`) takes the same path as Ctrl-C: the part that ran is reported, workers
+are terminated, temporary files removed (an atomic output's temporary file is removed by
+the exception), and the exit status is 143 (128 + SIGTERM). A process killed outright
+(`kill -9`) cleans nothing up, so every worker watches its parent (`watch_parent`) and
+ends itself within PARENT_POLL_S once the parent is gone.
+
 Z3 in this process: Z3's own Ctrl-C handler would turn the signal into an "unknown"
 result (a stop recorded as a verdict). `z3_leaves_ctrl_c_to_us` turns it off; a watcher
 thread woken by the signal (`signal.set_wakeup_fd`) interrupts the running check, which
@@ -26,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
@@ -35,6 +42,8 @@ _state = {"count": 0}
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
+    if signum == signal.SIGTERM:
+        _state["signal"] = signum
     if _state["count"] == 0 and _in_finalizer(frame):
         # An exception cannot leave a finalizer: Python would print it as "Exception ignored
         # in ..." with a traceback and carry on. Deliver this Ctrl-C again once it is done.
@@ -43,8 +52,16 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     _state["count"] += 1
     if _state["count"] > 1:  # a second Ctrl-C: no more waiting, no traceback fragments
         os.write(2, b"kvpocket: interrupted again; stopping now (no report)\n")
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(exit_status())
     raise KeyboardInterrupt
+
+
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+def exit_status() -> int:
+    """The status of an interrupted run: 143 after SIGTERM, 130 after Ctrl-C."""
+    return EXIT_TERMINATED if _state.get("signal") == signal.SIGTERM else EXIT_INTERRUPTED
 
 
 def _in_finalizer(frame: FrameType | None) -> bool:
@@ -79,7 +96,8 @@ def interrupt_scope() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGINT, _handler)
-    _state["count"] = 0
+    previous_term = signal.signal(signal.SIGTERM, _handler)
+    _state["count"] = _state["signal"] = 0
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -90,6 +108,7 @@ def interrupt_scope() -> Iterator[None]:
     finally:
         signal.set_wakeup_fd(old_wakeup)
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
         _state["count"] = 0
         os.close(write_fd)  # the watcher reads end-of-file and closes its end
 
@@ -162,6 +181,7 @@ def worker_ctrl_c() -> None:
     worker, or a second Ctrl-C, ends quietly (no traceback fragments)."""
     _state["count"] = 0
     signal.signal(signal.SIGINT, _worker_handler)
+    watch_parent()
 
 
 @contextlib.contextmanager
@@ -178,3 +198,22 @@ def quiet_worker() -> None:
     """A worker process's initializer: Ctrl-C is the parent's to handle (it terminates
     the workers), so a worker neither stops half-way nor prints a traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch_parent()
+
+
+PARENT_POLL_S = 0.2
+
+
+def watch_parent() -> None:
+    """A worker ends itself (status 143, no traceback) once the process that started it
+    is gone (killed with -9, which no handler sees): a daemon thread polls the parent's
+    id, which changes when the parent dies (the orphan is adopted). Portable, and not
+    fooled by which thread of the parent started the worker (as PR_SET_PDEATHSIG is)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(EXIT_TERMINATED)
+
+    threading.Thread(target=watch, daemon=True, name="kvpocket-parent-watch").start()

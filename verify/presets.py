@@ -17,6 +17,7 @@ from kvpocket.model.config import (
     full_life_cycle,
     swa_life_cycle,
 )
+from kvpocket.verify.usage import strict_loads
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,9 @@ def is_config_file(name: str) -> bool:
 
 def load_config_file(path: str | Path) -> KVConfig:
     """A configuration from a JSON file in `KVConfig.to_json`'s form (what a failure
-    trace's header holds under "config"; a trace's header line alone works too)."""
+    trace's header holds under "config"; a trace's header line alone works too). Every
+    field must be given (`KVConfig.from_json(complete=True)`): a file states what it
+    means; no field of the thing under test takes a default silently."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -97,16 +100,18 @@ def load_config_file(path: str | Path) -> KVConfig:
     except UnicodeDecodeError:
         raise ConfigFileError(f"{p}: the configuration file is not UTF-8 text") from None
     try:
-        data = json.loads(text)
+        data = strict_loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigFileError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg} (column "
                               f"{exc.colno})") from None
     except RecursionError:
         raise ConfigFileError(f"{p}: invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # a key given twice, an integer beyond 64 bits
+        raise ConfigFileError(f"{p}: {exc}") from None
     if isinstance(data, dict) and "kvpocket_trace" in data and "config" in data:
         data = data["config"]  # a trace or event-log header line
     try:
-        return KVConfig.from_json(data)
+        return KVConfig.from_json(data, complete=True)
     except ConfigError as exc:
         raise ConfigFileError(f"{p}: {exc}") from None
     except (TypeError, ValueError, OverflowError) as exc:  # e.g. a number where a list goes
@@ -117,6 +122,9 @@ def config_named(name: str) -> KVConfig:
     """`--config`'s value: a preset's name, or a JSON configuration file."""
     if is_config_file(name):
         return load_config_file(name)
+    if name not in PRESETS:
+        raise ConfigFileError(f"{name!r} is no preset and no file; expected a preset ("
+                              f"{', '.join(PRESETS)}) or a JSON configuration file")
     return preset(name)
 
 

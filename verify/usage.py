@@ -9,11 +9,15 @@ input with the same words as the rest of the CLI without importing the CLI.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 class CliError(Exception):
@@ -27,6 +31,53 @@ MAX_EXAMPLES = 10_000_000
 # example would check nothing, so a budget (and each worker's share) is at least two.
 MIN_EXAMPLES = 2
 MAX_SEED = 2**63 - 1
+
+
+class JsonValueError(ValueError):
+    """A JSON text that parses but says something twice or cannot be read as a number
+    (the caller adds the file and line)."""
+
+
+_LONG_INT = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*\[?[\s\d,-]*?-?(\d{20,})')
+
+
+def huge_int_message(text: str) -> str:
+    """What to say of a JSON text holding an integer beyond Python's int-string limit
+    (`json.loads` raises a bare ValueError): its length and, where it is a field's value
+    (or in a field's list), the field."""
+    for m in _LONG_INT.finditer(text):
+        if len(m.group(2)) > sys.get_int_max_str_digits():
+            return (f"field \"{m.group(1)}\": an integer of {len(m.group(2))} digits is out "
+                    "of range (a signed 64-bit value is expected)")
+    return (f"an integer of more than {sys.get_int_max_str_digits()} digits is out of range "
+            "(a signed 64-bit value is expected)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise JsonValueError(f"the key {json.dumps(key)} is given twice in one object "
+                                 "(which one is meant?)")
+        out[key] = value
+    return out
+
+
+def strict_loads(text: str) -> Any:
+    """`json.loads` for what a user writes once and kvpocket reads as a whole (a
+    configuration file, a header, a reproducer): a key given twice in one object raises
+    `JsonValueError`, and so does an integer beyond Python's int-string limit (its field
+    named); bad JSON raises `json.JSONDecodeError` as usual. Integers up to that limit
+    are returned, for the field's own check to name the field and its range. (Event
+    lines, read by the million, keep the plain parser: see `huge_int_message`.)"""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except JsonValueError:
+        raise
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # Python's int-string limit
+        raise JsonValueError(huge_int_message(text)) from None
 
 
 def check_int(name: str, value: int | None, lo: int, hi: int) -> None:
@@ -91,24 +142,62 @@ def check_output_dir(option: str, path: str | None) -> None:
 
 
 def check_outputs(files: Sequence[tuple[str, str | None]],
-                  folders: Sequence[tuple[str, str | None]] = ()) -> None:
+                  folders: Sequence[tuple[str, str | None]] = (),
+                  inputs: Sequence[tuple[str, str | None]] = ()) -> None:
     """Every output path of a command, checked before the run: each one alone (as
-    `check_output` / `check_output_dir`), then against all the others: no two name the
-    same path (a report written over a folder of traces, or the other way round, would be
-    lost at the end of the run). A file inside an output folder is fine."""
+    `check_output` / `check_output_dir`), then against all the others and against the
+    command's input files: no two name the same path, by resolved path and by inode (a
+    report written over a folder of traces, or over the configuration it was run with,
+    would be lost at the end of the run), and no output folder is created where an
+    output file goes (`--out W/x/..` creates W/x). A file inside an output folder is fine."""
     for option, path in files:
         check_output(option, path)
     for option, path in folders:
         check_output_dir(option, path)
     seen: dict[Path, str] = {}
+    inodes: dict[tuple[int, int], str] = {}
+    for option, path in inputs:
+        if path is not None and Path(path).is_file():
+            seen[Path(path).resolve()] = option
+            inodes[_inode(Path(path))] = option
     for option, path in (*files, *folders):
         if path is None or path.startswith("redis://"):
             continue
         key = Path(path).resolve()
-        if key in seen:
-            raise CliError(f"argument {option}: {path} is also the path given to "
-                           f"{seen[key]}; give each output its own path")
+        other = seen.get(key) or (inodes.get(_inode(Path(path))) if Path(path).exists()
+                                  else None)
+        if other in dict(inputs):
+            raise CliError(f"argument {option}: {path} is the input given to {other} (the "
+                           "run would replace it with its output); give the output another "
+                           "path")
+        if other is not None:
+            raise CliError(f"argument {option}: {path} is also the path given to {other}; "
+                           "give each output its own path")
         seen[key] = option
+    outputs = {Path(p).resolve(): o for o, p in files if p is not None}
+    for option, path in folders:
+        if path is None or path.startswith("redis://"):
+            continue
+        for made in _made_by_mkdir(Path(path)):
+            if made in outputs:
+                raise CliError(f"argument {option}: {path} would create the folder {made}, "
+                               f"the path given to {outputs[made]}")
+
+
+def _inode(p: Path) -> tuple[int, int]:
+    st = p.stat()
+    return st.st_dev, st.st_ino
+
+
+def _made_by_mkdir(p: Path) -> list[Path]:
+    """The folders `p.mkdir(parents=True)` would create, resolved (each missing prefix
+    of the path as written: `W/x/..` creates W/x)."""
+    out = []
+    for i in range(1, len(p.parts) + 1):
+        prefix = Path(*p.parts[:i])
+        if not prefix.exists():
+            out.append(prefix.resolve())
+    return out
 
 
 def use_hypothesis_home(folder: str | Path) -> Path:

@@ -543,7 +543,7 @@ def test_an_output_is_written_atomically(tmp_path: Path, monkeypatch: pytest.Mon
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(tr.OutputError, match=f"cannot write {target} .No space left"):
         tr.write_atomic(target, "new\n" * 1000)
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]

@@ -1,5 +1,5 @@
 import sys
 
-from kvpocket.verify.cli.commands import main
+from kvpocket.verify.cli import main  # imports the CLI itself: a Ctrl-C while it loads is one line
 
 sys.exit(main())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import inspect
 import json
 import os
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpocket.impl.backend import gpu_available
-from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy
+from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy, check_fits
 from kvpocket.model.errors import UsageError
 from kvpocket.model.overrides import ENV as OVERRIDES_ENV
 from kvpocket.model.overrides import overriding
@@ -33,7 +34,12 @@ from kvpocket.verify import patching
 from kvpocket.verify.bench.suite import add_bench_arguments, run_bench
 from kvpocket.verify.cli.verdict import ReportError, combine, read_verdict
 from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from kvpocket.verify.interrupts import interrupt_scope, was_interrupted, z3_leaves_ctrl_c_to_us
+from kvpocket.verify.interrupts import (
+    exit_status,
+    interrupt_scope,
+    was_interrupted,
+    z3_leaves_ctrl_c_to_us,
+)
 from kvpocket.verify.presets import (
     DEFAULT_PRESET,
     PRESETS,
@@ -71,8 +77,10 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(message)
 
 
-def config_from_args(name: str | None, policy: str | None, pocket: bool = True) -> KVConfig:
-    """`--config` (a preset or a JSON configuration file) with `--policy` applied."""
+def config_from_args(name: str | None, policy: str | None, pocket: bool = True,
+                     builds: str = "model") -> KVConfig:
+    """`--config` (a preset or a JSON configuration file) with `--policy` applied; what the
+    command `builds` from it is estimated and refused when too large (`check_fits`)."""
     try:
         cfg = config_named(name or DEFAULT_PRESET)
     except ConfigFileError as exc:
@@ -81,6 +89,10 @@ def config_from_args(name: str | None, policy: str | None, pocket: bool = True) 
         cfg = cfg.with_pocket(enabled=pocket, policy=PocketPolicy.parse(policy, "--policy"))
     elif not pocket:
         cfg = cfg.with_pocket(enabled=False)
+    try:
+        check_fits(cfg, builds)
+    except ConfigError as exc:
+        raise CliError(f"argument --config: {name}: {exc}") from None
     return cfg
 
 
@@ -291,9 +303,10 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     if args.policy is not None:
         PocketPolicy.parse(args.policy, "--policy")
     if args.config is not None:
-        config_from_args(args.config, args.policy)  # an unknown preset, before any work
+        config_from_args(args.config, args.policy, builds="lockstep")  # before any work
     check_database(args.database)
-    check_outputs([("--json", args.json)], [("--out", args.out), ("--database", args.database)])
+    check_outputs([("--json", args.json)], [("--out", args.out), ("--database", args.database)],
+                  inputs=[("--config", args.config)])
     backend = PROFILES[profile].backend if args.profile and args.backend == "numpy" \
         else args.backend
     if backend == "cupy":
@@ -320,6 +333,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     print_campaign(report)
     if args.json:
         write_json(report, args.json)
+    _refuse_unwritten(report.failures)
     if report.failures:
         return EXIT_FOUND
     if report.interrupted:
@@ -357,6 +371,7 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
     print_matrix(report, verbose=args.verbose)
     if args.json:
         write_matrix_json(report, args.json)
+    _refuse_unwritten(report.failures)
     if report.failures:
         return EXIT_FOUND
     if report.steps == 0 and not report.interrupted:
@@ -365,6 +380,15 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
     if report.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_INCOMPLETE if report.ran_short else EXIT_OK
+
+
+def _refuse_unwritten(failures: Sequence[Any]) -> None:
+    """A finding whose trace could not be written (a full disk) was reported above; the
+    run still ends as a usage error naming the file (exit 2): its reproducer is lost."""
+    lost = [f.unwritten for f in failures if f.unwritten]
+    if lost:
+        raise CliError(f"{lost[0]}: the failure is reported above, but its trace and "
+                       "reproducer were not kept")
 
 
 def _replay_args(p: argparse.ArgumentParser) -> None:
@@ -386,6 +410,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         trace = read_trace(Path(args.trace), allow_unterminated=args.allow_unterminated)
     except TraceError as exc:
         raise CliError(str(exc)) from None
+    try:
+        check_fits(trace.config, "lockstep")
+    except ConfigError as exc:
+        raise CliError(f"{args.trace}: header field \"config\": {exc}") from None
     backend = args.backend or trace.backend
     if backend == "cupy":
         if args.backend:
@@ -422,7 +450,8 @@ def cmd_prove(args: argparse.Namespace) -> int:
     check_int("--workers", args.workers, 1, max_workers())
     check_int("--depth", args.depth, 0, prove.MAX_DEPTH)
     check_int("--page-depth", args.page_depth, 0, prove.MAX_DEPTH)
-    check_outputs([("--json", args.json_path)], [("--out", args.out)])
+    check_outputs([("--json", args.json_path)], [("--out", args.out)],
+                  inputs=[("--config", args.config)])
     # Options that prove.py adds beyond these reach run_prove by their parameter names.
     known = {"config", "policy", "depth", "json_path", "out", "workers", "page_depth"}
     accepted = inspect.signature(prove.run_prove).parameters
@@ -511,8 +540,8 @@ def _trace_check(args: argparse.Namespace) -> int:
 def _trace_record(args: argparse.Namespace) -> int:
     check_int("--steps", args.steps, 1, MAX_RECORD_STEPS)
     check_int("--seed", args.seed, 0, MAX_SEED)
-    cfg = config_from_args(args.config, args.policy)
-    check_output("--out", args.out)
+    cfg = config_from_args(args.config, args.policy, builds="impl")
+    check_outputs([("--out", args.out)], inputs=[("--config", args.config)])
     try:
         stats = record(cfg, args.steps, args.seed, args.out)
     except OSError as exc:
@@ -611,11 +640,16 @@ def _command_of(argv: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:  # a Ctrl-C before the scope below: one line, never a traceback
+        parser = build_parser()
+    except KeyboardInterrupt:
+        print("kvpocket: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = " ".join(x for x in ("kvpocket", _command_of(argv)) if x)
     real_stdout = sys.stdout
-    sys.stdout = _GuardedStdout(real_stdout)
+    # `kvpocket ... >&-`: Python starts with sys.stdout None; a write is then refused
+    sys.stdout = _GuardedStdout(real_stdout if real_stdout is not None else _ClosedStdout())
     try:
         if os.environ.get(MUTANT_ENV) is not None:  # never a hidden switch: say so and stop
             raise CliError(f"environment variable {MUTANT_ENV} is no longer read (impl/ has "
@@ -631,13 +665,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{prog}: interrupted", file=sys.stderr)
                 code = EXIT_INTERRUPTED
             sys.stdout.flush()  # a write error shows here, not at exit as a traceback
-        return code
+        return exit_status() if code == EXIT_INTERRUPTED else code
     except (CliError, ConfigError, UsageError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_status()
     except BrokenPipeError:  # `kvpocket ... | head`: the reader left; not an error of ours
         _drop_stdout()
         return EXIT_OK
@@ -719,9 +753,30 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+class _ClosedStdout:
+    """Standard output when it was closed before the start (`>&-`): every write fails as
+    a closed file descriptor does (EBADF), so it is reported once, as any refused write."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
 def _drop_stdout() -> None:
     """Send what is still buffered for stdout nowhere, so the exit adds no traceback."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

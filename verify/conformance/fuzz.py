@@ -30,7 +30,7 @@ from kvpocket.verify.conformance.progress import CampaignProgress
 from kvpocket.verify.conformance.replay import OVERRIDES_KEY, replay
 from kvpocket.verify.conformance.shrink import minimize
 from kvpocket.verify.conformance.stateful import STATS, drawn_machine_for, machine_for
-from kvpocket.verify.traces.trace import Trace, TraceStep, unused_path, write_atomic
+from kvpocket.verify.traces.trace import OutputError, Trace, TraceStep, unused_path, write_atomic
 
 
 def expected_rare_states(cfg: KVConfig) -> list[str]:
@@ -94,17 +94,13 @@ class CampaignInterrupted(KeyboardInterrupt):
         self.report = report
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a whole file or nothing: a temporary file beside it, then a rename."""
-    write_atomic(path, text)
-
-
 @dataclass
 class Failure:
     message: str
     trace: str
     test: str
     steps: int
+    unwritten: str = ""  # why its trace or reproducer could not be written (a full disk)
 
 
 @dataclass
@@ -164,7 +160,6 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
     """Shrink a failing trace and write it (with its full configuration: `cfg`, the
     example's own when it was drawn) as a trace and a pytest file."""
     out = Path(spec.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     # Seeded bugs and spec overrides switched on: the reproducer needs them too.
     bugs, spec_mutant = patching.active_names(), overrides.active()
     extra: dict[str, Any] = {"seed": spec.seed, "config_name": spec.config_name,
@@ -181,7 +176,10 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
         result = replay(t)
         message = result.report or message
     trace_path = unused_path(out / f"failure-{tag}.jsonl")
-    t.write(trace_path)
+    try:
+        t.write(trace_path)
+    except OutputError as exc:  # the finding stands and is reported; only its files are lost
+        return Failure(message, str(trace_path), "", len(t.steps), unwritten=str(exc))
     test_path = unused_path(out / f"test_failure_{trace_path.stem[8:].replace('-', '_')}.py")
     first = message.splitlines()[0] if message else "failure"
     body = "\n".join(t.lines())
@@ -195,7 +193,7 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
         contexts.append(f"overriding({spec_mutant!r})")
     on = "; ".join(notes)
     run = "result = replay(parse_trace(TRACE.splitlines()))\n"
-    write_text_atomic(test_path,
+    text = (
         f'"""Reproducer written by `kvpocket fuzz` (config {spec.config_name}, seed '
         f'{spec.seed}' + (f'; {on}' if on else '') + f').\n\n{first}\n"""\n\n'
         + ("from kvpocket.model.overrides import overriding\n" if spec_mutant else "")
@@ -207,6 +205,10 @@ def write_reproducers(spec: CampaignSpec, trace: list[tuple[str, dict[str, Any]]
         + (f"    with {', '.join(contexts)}:\n        {run}" if contexts else f"    {run}")
         + "    assert result.ok, result.report\n"
     )
+    try:
+        write_atomic(test_path, text)
+    except OutputError as exc:
+        return Failure(message, str(trace_path), "", len(t.steps), unwritten=str(exc))
     return Failure(message, str(trace_path), str(test_path), len(t.steps))
 
 
@@ -420,4 +422,4 @@ def asdict_shallow(spec: CampaignSpec) -> dict[str, Any]:
 
 
 def write_json(report: CampaignReport, path: str) -> None:
-    write_text_atomic(Path(path), json.dumps(report.to_json(), indent=2) + "\n")
+    write_atomic(Path(path), json.dumps(report.to_json(), indent=2) + "\n")

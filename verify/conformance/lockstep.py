@@ -30,6 +30,7 @@ from kvpocket.model.config import (
     KVConfig,
     Order,
     SeqStatus,
+    check_fits,
     stale_range,
 )
 from kvpocket.model.errors import ChoiceRejected
@@ -137,6 +138,8 @@ class Lockstep:
     def __init__(self, cfg: KVConfig, backend: str = "numpy", eager: bool = True,
                  check_data: bool = True, check_event_log: bool = False,
                  race_check: bool = False, device_mirror: bool = False) -> None:
+        # too large a configuration is refused before anything is built (never a finding)
+        check_fits(cfg, "lockstep" if check_data else "impl")
         self.cfg = cfg
         # kvpocket's implementation is the `lru` engine: its lockstep checks that profile too
         # (victim order, pocket pop order), not just the safety spec
@@ -204,6 +207,8 @@ class Lockstep:
             impl_out = impl_outcome(lambda: call_impl(self, action, params))
         except RaceError as exc:  # unordered accesses: a race on a GPU, whatever the order
             raise Divergence(n, RACE, [f"{action}({_fmt(params)})", str(exc)]) from exc
+        except MemoryError:  # the machine ran out, not the implementation: never a finding
+            raise
         except Exception as exc:  # not an API error: the implementation broke
             raise Divergence(n, "the implementation crashed", [
                 f"{action}({_fmt(params)})", *_traceback_tail(exc)]) from exc
@@ -237,7 +242,7 @@ class Lockstep:
             if bad_counters:
                 raise Divergence(n, "the implementation's counters differ", [
                     f"after {action}({_fmt(params)})", *bad_counters, *self._choices_lines()])
-        except Divergence:
+        except (Divergence, MemoryError):
             raise
         except RaceError as exc:  # the oracle's own reads and writes race the manager's
             raise Divergence(n, RACE, [f"after {action}({_fmt(params)})", str(exc)]) from exc

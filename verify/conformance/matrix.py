@@ -46,11 +46,11 @@ from kvpocket.verify.conformance.fuzz import (
     init_worker,
     run_worker,
     worker_entry,
-    write_text_atomic,
 )
 from kvpocket.verify.conformance.lockstep import RARE_STATES
 from kvpocket.verify.conformance.progress import MatrixProgress
 from kvpocket.verify.presets import PRESETS
+from kvpocket.verify.traces.trace import write_atomic
 
 OFF = "off"  # a cell's policy when its pocket is disabled
 DRAWN = "drawn"  # a cell's config_name when every example draws its own configuration
@@ -131,6 +131,7 @@ class MatrixFailure:
     # Examples of the whole campaign, in its planned order, up to and including the one
     # that failed: the machine-independent measure of how fast the bug was found.
     examples: int = 0
+    unwritten: str = ""  # why its trace or reproducer could not be written (a full disk)
 
 
 @dataclass
@@ -317,7 +318,7 @@ def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
         for f in r.failures:
             report.failures.append(MatrixFailure(
                 sl.cell.name, f.message, f.trace, f.test, f.steps, time.monotonic() - start,
-                _kind(f.message), sl.before + r.examples))
+                _kind(f.message), sl.before + r.examples, f.unwritten))
         if on_slice is not None:
             on_slice(sl.cell.name, r)
 
@@ -418,4 +419,4 @@ def _kind(message: str) -> str:
 
 
 def write_matrix_json(report: MatrixReport, path: str) -> None:
-    write_text_atomic(Path(path), json.dumps(report.to_json(), indent=2) + "\n")
+    write_atomic(Path(path), json.dumps(report.to_json(), indent=2) + "\n")

@@ -99,6 +99,8 @@ class LockstepMachine(RuleBasedStateMachine):
         self.trace.append((action, dict(params)))
         try:
             rec = self.ls.step(action, params)
+        except MemoryError:  # the machine's limit, not a finding (no trace is kept)
+            raise
         except Exception as exc:  # a divergence, or a crash in either side: keep the trace
             self.failed = True
             STATS.failure = (list(self.trace), f"{type(exc).__name__}: {exc}"

@@ -46,6 +46,7 @@ from kvpocket.model.invariants import INVARIANTS_BY_NAME
 from kvpocket.model.pages import PAGE_ACTIONS, pool_group
 from kvpocket.model.state import Layout, State, status
 from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_OK
+from kvpocket.verify.interrupts import quiet_worker
 from kvpocket.verify.proofs.epr import (
     SCALARS,
     ActionInstance,
@@ -682,7 +683,9 @@ def run_parametric(configs: list[tuple[str, KVConfig]], json_path: str | None = 
         seen[key] = label
         jobs.append((label, cfg))
     if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        # Ctrl-C is the parent's, and a worker ends itself if the parent dies (`interrupts`)
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
+                                 initializer=quiet_worker) as pool:
             results = list(pool.map(_prove_cell, jobs))
     else:
         results = [_prove_cell(job) for job in jobs]

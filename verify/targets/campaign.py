@@ -24,6 +24,7 @@ from kvpocket.verify.targets.base import SCHEDULER_STEP, CheckFailure, Target, T
 from kvpocket.verify.targets.registry import load_target
 from kvpocket.verify.targets.workload import Op, ops_strategy
 from kvpocket.verify.traces.trace import unused_path, write_atomic
+from kvpocket.verify.usage import strict_loads
 
 DEFAULT_STEPS = 40
 REPRODUCER_VERSION = 1
@@ -174,9 +175,11 @@ def write_reproducer(report: TargetReport, cfg: TargetConfig, out: Path) -> None
 
 def read_reproducer(path: Path) -> tuple[str, TargetConfig, list[Op], dict[str, Any]]:
     try:
-        data = json.loads(path.read_text())
+        data = strict_loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReproducerError(f"{path}: not a readable JSON reproducer ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # a key twice, a 5,000-digit integer
+        raise ReproducerError(f"{path}: {exc or 'nested too deeply'}") from None
     if not isinstance(data, dict) or data.get("kvpocket_target_reproducer") != REPRODUCER_VERSION:
         raise ReproducerError(f"{path}: field kvpocket_target_reproducer: expected "
                               f"{REPRODUCER_VERSION} (a file written by kvpocket fuzz --target)")

@@ -37,15 +37,16 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from kvpocket.model import errors as model_errors
 from kvpocket.model.api import API, CLASH, CLASH_LABELS, HIT, REUSE, Param
-from kvpocket.model.config import ConfigError, KVConfig
+from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
 from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS
 from kvpocket.verify.traces.alphabet import api_form, check_params, trace_params
+from kvpocket.verify.usage import CliError, JsonValueError, huge_int_message, strict_loads
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
@@ -144,9 +145,22 @@ class Trace:
         write_atomic(path, "\n".join(self.lines()) + "\n")
 
 
+class OutputError(CliError):
+    """A report, trace or log that could not be written (a full disk, a bad path, a
+    folder in the way): one line naming the file, exit status 2 (`CliError`). What was
+    written elsewhere is kept; the file itself is left as it was."""
+
+    def __init__(self, path: str | Path, exc: OSError) -> None:
+        why = exc.strerror or type(exc).__name__
+        super().__init__(f"cannot write {path} ({why})")
+        self.path, self.errno = str(path), exc.errno
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write a whole file or nothing: a temporary file in the same folder, then a rename,
-    so a reader never sees half a file and an interrupted write leaves the old one."""
+    so a reader never sees half a file and an interrupted write leaves the old one. The
+    one writer of every report, trace, reproducer and log kvpocket writes; a failure to
+    write raises `OutputError`."""
     with atomic_output(path) as f:
         f.write(text)
 
@@ -154,22 +168,53 @@ def write_atomic(path: str | Path, text: str) -> None:
 @contextlib.contextmanager
 def atomic_output(path: str | Path) -> Iterator[TextIO]:
     """A text file to write `path` through: a temporary file in the same folder, renamed
-    over `path` when the block ends normally, removed when it raises (Ctrl-C included).
-    The new file gets the old one's permissions, or the usual ones (umask applied)."""
+    over `path` when the block ends normally, removed when it raises (Ctrl-C and SIGTERM
+    included: `interrupts` turns SIGTERM into an exception). The new file gets the old
+    one's permissions, or the usual ones (umask applied). An OSError while writing it
+    (ENOSPC, a folder in the way, a path through a file) raises `OutputError` naming it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(path, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _mode_for(path))
-        os.replace(tmp, path)
-    except BaseException:
+            yield cast(TextIO, _Guarded(f, path))
+            _io(path, f.flush)
+            _io(path, lambda: os.fsync(f.fileno()))
+        _io(path, lambda: os.chmod(tmp, _mode_for(path)))
+        _io(path, lambda: os.replace(tmp, path))
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            # the close in `with os.fdopen` flushes: a full disk shows there too
+            raise OutputError(path, exc) from None
         raise
+
+
+def _io(path: Path, op: Callable[[], object]) -> None:
+    try:
+        op()
+    except OSError as exc:
+        raise OutputError(path, exc) from None
+
+
+class _Guarded:
+    """The temporary file, with a failed write raised as `OutputError` naming `path`."""
+
+    def __init__(self, f: TextIO, path: Path) -> None:
+        self._f, self._path = f, path
+
+    def write(self, text: str) -> int:
+        try:
+            return self._f.write(text)
+        except OSError as exc:
+            raise OutputError(self._path, exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 def unused_path(path: Path) -> Path:
@@ -267,15 +312,20 @@ class _Framing:
             raise TraceError(f"{self.name}: the {self.what} is empty (expected a header line)")
         lineno, text, complete = first
         self.header_line = self.last_line = lineno
-        header = self._parse(lineno, text, complete)
-        if not isinstance(header, dict) or not _is_int(header.get("kvpocket_trace")) \
-                or header["kvpocket_trace"] != TRACE_VERSION:
+        header = self._parse(lineno, text, complete, strict=True)
+        version = header.get("kvpocket_trace") if isinstance(header, dict) else None
+        if version is not None and not (_is_int(version) and version == TRACE_VERSION):
+            raise TraceError(f"{self.name}:{lineno}: a kvpocket {self.what} of format version "
+                             f"{json.dumps(header['kvpocket_trace'])[:40]}; this kvpocket reads "
+                             f"version {TRACE_VERSION} only (\"kvpocket_trace\": {TRACE_VERSION})")
+        if not isinstance(header, dict) or "kvpocket_trace" not in header:
             raise TraceError(f"{self.name}:{lineno}: not a kvpocket trace header (expected "
                              f"{{\"kvpocket_trace\": {TRACE_VERSION}, \"config\": ...}})")
         where = f"{self.name}:{lineno}"
         check_kind(header, where)
         _check_header_fields(header, fields, where, self.what)
         cfg = _header_config(header, where)
+        _check_ints(header, where)  # a seed of 10**30 is no seed
         self.digest.add(text)
         return header, cfg
 
@@ -336,9 +386,10 @@ class _Framing:
             raise TraceError(f"{where}: the end marker's digest does not match the lines "
                              f"above it: the {self.what} was altered")
 
-    def _parse(self, lineno: int, text: str, complete: bool) -> Any:
+    def _parse(self, lineno: int, text: str, complete: bool, strict: bool = False) -> Any:
+        """A line's JSON; `strict` (the header): no key twice, no integer beyond 64 bits."""
         try:
-            return json.loads(text)
+            return strict_loads(text) if strict else json.loads(text)
         except json.JSONDecodeError as exc:
             if not complete:  # a writer that died mid-line leaves a truncated last line
                 raise TraceError(f"{self.name}:{lineno}: the {self.what} is truncated (last "
@@ -348,6 +399,10 @@ class _Framing:
         except RecursionError:
             raise TraceError(f"{self.name}:{lineno}: invalid JSON: nested too deeply"
                              ) from None
+        except JsonValueError as exc:
+            raise TraceError(f"{self.name}:{lineno}: {exc}") from None
+        except ValueError:  # Python's int-string limit: an integer of thousands of digits
+            raise TraceError(f"{self.name}:{lineno}: {huge_int_message(text)}") from None
 
 
 def _count(n: int, what: str) -> str:
@@ -406,7 +461,9 @@ _COMMON_HEADER = {
     "kind": HeaderField(_any, "a kind"),
     "config": HeaderField(_any, "a configuration object"),
     "source": HeaderField(_is_str, "a string"),
-    "policy": HeaderField(_is_str, "a string (a pocket policy's name)"),
+    # informational (the config's pocket says what runs), but never a name of no policy
+    "policy": HeaderField(lambda v: v in {p.value for p in PocketPolicy},
+                          "one of " + ", ".join(p.value for p in PocketPolicy)),
 }
 TRACE_HEADER: dict[str, HeaderField] = {
     **_COMMON_HEADER,
@@ -435,12 +492,16 @@ TRACE_LINE_KEYS = ("action", "params", "layer", "choices")
 EVENT_LINE_KEYS = (*TRACE_LINE_KEYS, "result", "observed")
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
 def _check_header_fields(header: dict[str, Any], fields: dict[str, HeaderField], where: str,
                          what: str) -> None:
     unknown = sorted(set(header) - set(fields))
     if unknown:
         raise TraceError(f"{where}: unknown header field {', '.join(map(repr, unknown))}; "
-                         f"the header of a {what} has {', '.join(fields)}")
+                         f"the header of {_a(what)} has {', '.join(fields)}")
     for key, value in header.items():
         f = fields[key]
         if not f.ok(value):
