@@ -33,6 +33,8 @@ from kvpocket.verify.proofs.bounded import BmcResult, properties
 from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
 from kvpocket.verify.proofs.obligations import PROVED, UNKNOWN, VIOLATED, prove_config
 from kvpocket.verify.proofs.symbolic_bmc import bmc
+from kvpocket.verify.terminal import Progress
+from kvpocket.verify.terminal import console as terminal_console
 from kvpocket.verify.traces.trace import Trace, TraceStep, unused_path, write_atomic, write_trace
 
 # API steps from Init to a page parked in the pocket (SWA window 3, 2 tokens per block):
@@ -171,10 +173,7 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
     `depth` None: DEFAULT_DEPTH (the unsafe counterexample's depth), or SYMBOLIC_DEPTH
     when the symbolic engine runs under the safe policies.
     """
-    # rich only when a table is printed (`kvpocket --help` imports this module)
-    from rich.console import Console
-
-    console = Console(highlight=False)
+    console = terminal_console()
     try:
         if engine not in ENGINES:
             raise ProveUsageError(f"argument --engine: unknown engine {engine!r}; expected one "
@@ -203,12 +202,14 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
     page_all = config_name is not None
     jobs = [_Job(name, pol, depth, page_depth, out_dir, page_all, engine, custom)
             for name in names for pol in policies]
-    progress = sys.stderr.isatty()
+    # Plain lines, on a terminal too: the workers print theirs to the same stderr.
+    line = Progress("prove", live=False).__enter__()
+    finished = 0
 
     def done_one(i: int) -> None:
-        if progress:
-            print(f"[prove] {jobs[i].config}/{jobs[i].policy} done ({time.perf_counter() - t_all:.0f} s"
-                  f", {len(jobs)} cells)", file=sys.stderr, flush=True)
+        nonlocal finished
+        finished += 1
+        line.note(f"{jobs[i].config}/{jobs[i].policy} done ({finished} of {len(jobs)} cells)")
 
     results: list[tuple[list[Row], list[str], list[str]] | None] = [None] * len(jobs)
     interrupted = False
@@ -385,6 +386,7 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
     cfg = pc.config.with_pocket(True, pol)
     label = f"{name}/{pol}"
     lay = Layout(cfg)
+    line = Progress(f"prove {label}", live=False).__enter__()
     rows: list[Row] = []
     texts: list[str] = []
     traces: list[str] = []
@@ -394,6 +396,7 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
                prefix: list[TraceStep] | None = None, content: bool = False) -> None:
         if content and job.engine == "explicit":
             obligation += " with token content"
+        line.note(f"{obligation} ({job.engine} engine{'s' if job.engine == 'both' else ''})")
         found = _bmc_runs(lay, layer, steps, job.engine, prefix, content)
         both = len(found) > 1
         for eng, r in found:
@@ -413,6 +416,7 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
     if depth > 0 and pc.api_bmc and pol != "unsafe" and depth < len(PARK_PREFIX) + PARK_DEPTH:
         search("api-park", f"bmc:api<= {PARK_DEPTH} after park", "api", PARK_DEPTH,
                list(PARK_PREFIX))
+    line.note("induction (Z3): init, one consecution obligation per action, safety")
     for o in prove_config(lay, label):
         rows.append(Row(label, o.obligation, o.status, o.seconds, o.detail))
         if o.cti is not None:
