@@ -72,7 +72,7 @@ def test_the_active_profile_is_the_one_pytest_was_asked_for() -> None:
     name = settings.get_current_profile_name()
     assert name == (wanted or name)
     if wanted:
-        assert settings.default.max_examples == settings.get_profile(wanted).max_examples
+        assert settings().max_examples == settings.get_profile(wanted).max_examples
 
 
 def test_pytest_loads_a_project_profile() -> None:
