@@ -58,6 +58,7 @@ from kvpocket.verify.usage import (
     check_output,
     check_output_dir,
     check_outputs,
+    kvpocket_version,
     use_hypothesis_home,
 )
 
@@ -566,6 +567,7 @@ COMMANDS: list[Command] = [
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvpocket", description=(
         "Reference spec and verification kit for paged KV caches with an SWA reuse pocket."))
+    parser.add_argument("--version", action="version", version=f"kvpocket {kvpocket_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, add_args, run in COMMANDS:
         run_doc = (run.__doc__ or "").strip().splitlines()
