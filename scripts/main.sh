@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: the default lockstep fuzz campaign (implementation vs model on the matrix
 # of configurations and policies, CPU backend) and the Z3 proofs. Installs what it needs
-# into .venv first. Reports land in kvpocket-out/.
+# into .venv first (scripts/setup-env.sh says what and why; KVPOCKET_CUDA and KVPOCKET_REDIS
+# choose its optional parts). Each step starts with a `== ` line. Reports land in kvpocket-out/.
 #   KVPOCKET_MINUTES   campaign length in minutes (default 2; a number in (0, 10080])
 #   KVPOCKET_EXAMPLES  an example budget instead (the matrix: --total-examples; a preset:
 #                      --examples; an integer >= 1): the same run, and verdict, on any machine
@@ -29,6 +30,7 @@ if [ -n "${KVPOCKET_CONFIG+set}" ] && [ -z "$KVPOCKET_CONFIG" ]; then
   bad "KVPOCKET_CONFIG: expected a preset name (kvpocket fuzz --list-configs), got ''"
 fi
 
+echo "== setup: .venv (scripts/setup-env.sh; minutes the first time, seconds after)"
 scripts/setup-env.sh
 export PATH="$PWD/.venv/bin:$PATH"
 config=()
@@ -47,9 +49,11 @@ if [ -n "${KVPOCKET_EXAMPLES:-}" ]; then
   if [ -n "${KVPOCKET_CONFIG:-}" ]; then budget=(--examples "$KVPOCKET_EXAMPLES")
   else budget=(--total-examples "$KVPOCKET_EXAMPLES"); fi
 fi
+echo "== fuzz: kvpocket fuzz ${config[*]} ${budget[*]} --workers $workers (progress on stderr)"
 kvpocket fuzz "${config[@]}" "${budget[@]}" --workers "$workers" \
   --json "$out/fuzz.json" --out "$out" || status=$?
 if [ "$status" -ne 2 ] && [ "$status" -ne 130 ]; then  # a usage error or Ctrl-C: stop here
+  echo "== prove: kvpocket prove (each cell's phases on stderr as they start)"
   kvpocket prove --json "$out/prove.json" --out "$out/prove" || status=$?
 fi
 reports=()  # only the reports this run wrote
