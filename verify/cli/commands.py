@@ -44,7 +44,7 @@ from kvpocket.verify.proofs.prove import add_prove_arguments
 from kvpocket.verify.quality.killmatrix import MAX_BUDGET_S, add_mutants_arguments, run_mutants
 from kvpocket.verify.quality.patches import BUGS, switched_on, unknown_bug
 from kvpocket.verify.traces.record import record
-from kvpocket.verify.traces.trace import TraceError, open_events, read_trace
+from kvpocket.verify.traces.trace import TraceError, open_events, read_trace, write_atomic
 from kvpocket.verify.traces.tracecheck import ConfigTooSmall, TooVague, check_events
 from kvpocket.verify.usage import (
     MAX_EXAMPLES,
@@ -448,6 +448,9 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
                        "existed); otherwise a missing marker is reported as truncation")
     check.add_argument("--no-progress", action="store_true",
                        help="no progress line (shown on a terminal for long logs)")
+    check.add_argument("--json", dest="json_path", metavar="OUT",
+                       help="also write the verdict as JSON: verdict (valid, invalid or "
+                       "malformed), events checked, the first bad event's line and reason")
     check.set_defaults(trace_run=_trace_check)
     record = sub.add_parser("record", help="run a seeded random workload on the "
                             "implementation and write its event log")
@@ -475,6 +478,7 @@ def _trace_check(args: argparse.Namespace) -> int:
     cfg_override = config_from_args(args.config, None) if args.config else None
     policy = PocketPolicy.parse(args.policy, "--policy") if args.policy is not None else None
     order = Order.parse(args.order, "--order") if args.order is not None else None
+    check_output("--json", args.json_path)
     try:
         log = open_events(args.log, allow_unterminated=args.allow_unterminated)
         cfg = cfg_override or log.config
@@ -487,14 +491,27 @@ def _trace_check(args: argparse.Namespace) -> int:
             result = check_events(log, cfg, args.log, progress=lambda n: ticker.update(
                 n, log.line))
     except TraceError as exc:
+        _trace_check_json(args, {"verdict": "malformed", "error": str(exc)})
         raise CliError(str(exc)) from None
     except (ConfigTooSmall, TooVague) as exc:
         raise CliError(f"{args.log}: {exc}") from None
+    bad = None if result.ok else {"line": result.line, "reason": result.kind,
+                                  "report": result.report.splitlines()}
+    _trace_check_json(args, {
+        "verdict": "valid" if result.ok else "invalid", "events_checked": result.events,
+        "order": result.order, "compared": result.compared,
+        "events_without_choices": result.without_choices, "first_bad_event": bad})
     if result.ok:
         print(f"{args.log}: {result.summary()}")
         return EXIT_OK
     print(result.report)
     return EXIT_FOUND
+
+
+def _trace_check_json(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """`trace check --json OUT`: the verdict for a machine (the text report is for a person)."""
+    if args.json_path:
+        write_atomic(args.json_path, json.dumps({"file": args.log, **data}, indent=2) + "\n")
 
 
 def _trace_record(args: argparse.Namespace) -> int:
