@@ -200,3 +200,26 @@ def test_architecture_lists_impl_modules_bottom_up() -> None:
               and i.target.split(".")[0] == "impl" and i.module.split(".")[1] != i.target.split(".")[1]
               and order.index(i.target.split(".")[1]) > order.index(i.module.split(".")[1])]
     assert not upward, upward
+
+
+REPEAT_WORDS = 12  # a passage this long, twice in one document, is a paste gone wrong
+
+
+def _prose_words(text: str) -> list[str]:
+    """A document's words outside generated sections, code blocks and table rows (where
+    the same cells legitimately repeat)."""
+    text = re.sub(r"<!-- BEGIN GENERATED: ([\w-]+) -->.*?<!-- END GENERATED: \1 -->", "", text,
+                  flags=re.DOTALL)
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    return " ".join(x for x in text.splitlines() if not x.lstrip().startswith("|")).split()
+
+
+@pytest.mark.parametrize("path", sorted([*(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]),
+                         ids=lambda p: p.name)
+def test_no_passage_is_written_twice(path: Path) -> None:
+    words = _prose_words(path.read_text())
+    first: dict[str, int] = {}
+    for i in range(len(words) - REPEAT_WORDS + 1):
+        passage = " ".join(words[i:i + REPEAT_WORDS])
+        at = first.setdefault(passage, i)
+        assert i == at or i - at < REPEAT_WORDS, f"{path.name}: twice: {passage!r}"

@@ -204,7 +204,7 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list-configs", action="store_true",
                    help="list the preset configurations and the default matrix (with --target: "
                    "that engine's presets)")
-    p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     p.add_argument("--mutant", metavar="NAME", default=None,
                    help="switch one seeded implementation bug on (`kvpocket mutants --list`, "
                    "`--zoo --list`): the campaign should find it; its reproducers name it")
@@ -447,7 +447,7 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
                        help="accept a log without its end marker (written before end markers "
                        "existed); otherwise a missing marker is reported as truncation")
     check.add_argument("--no-progress", action="store_true",
-                       help="no progress line (shown on a terminal for long logs)")
+                       help="no progress on stderr (shown for logs over 1 MB)")
     check.add_argument("--json", dest="json_path", metavar="OUT",
                        help="also write the verdict as JSON: verdict (valid, invalid or "
                        "malformed), events checked, the first bad event's line and reason")
