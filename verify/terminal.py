@@ -14,6 +14,7 @@ narrow terminal cuts the least telling one.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -38,11 +39,16 @@ def console(stderr: bool = False) -> Console:
 class Progress:
     """One progress display for one piece of work: `update(stats)` as it goes, `note(line)`
     for a line that stays (a phase begins or ends). Silent when `show` is False. `out` (a
-    console on stderr by default) decides between the live line and plain lines."""
+    console on stderr by default) decides between the live line and plain lines.
+
+    Plain lines: the first figures at once, then the latest ones at most every
+    `plain_every_s` seconds, printed by a timer thread, so figures from a step that then
+    runs for minutes still show; with `final_line`, the last figures once at the end."""
 
     def __init__(self, what: str, show: bool = True, out: Console | None = None,
-                 plain_every_s: float = PLAIN_EVERY_S, live: bool | None = None) -> None:
-        self.what, self.show = what, show
+                 plain_every_s: float = PLAIN_EVERY_S, live: bool | None = None,
+                 final_line: bool = True) -> None:
+        self.what, self.show, self.final_line = what, show, final_line
         self.out = out or console(stderr=True)
         # `live=False`: plain lines even on a terminal (several processes share stderr)
         self.live = self.out.is_terminal if live is None else live and self.out.is_terminal
@@ -51,6 +57,9 @@ class Progress:
         self.start = self.last = 0.0
         self._bar: Any = None
         self._task: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
 
     def __enter__(self) -> Progress:
         self.start = time.monotonic()
@@ -65,35 +74,38 @@ class Progress:
                             console=self.out, transient=True)
             self._task = self._bar.add_task(self.what, total=None, stats="")
             self._bar.__enter__()
+        elif self.show:
+            self._timer = threading.Thread(target=self._tick, daemon=True,
+                                           name=f"progress {self.what}")
+            self._timer.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join()
+            self._timer = None
         if self._bar is not None:
             self._bar.__exit__(None, None, None)
             self._bar = None
-        elif self.show and self.stats != self.shown:  # the final figures, once
+        elif self.show and self.final_line and self.stats != self.shown:  # the last figures
             self._plain(f"{self.stats} (done)")
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
     def update(self, stats: str, force: bool = False) -> None:
-        """New live statistics; shown at a bounded rate (`force`: now, on a terminal;
-        piped, the final figures are printed once at the end)."""
+        """New live statistics, shown at a bounded rate (`force`: now, on a terminal)."""
         self.stats = stats
         if not self.show:
             return
-        now = time.monotonic()
-        live = self._bar is not None
-        if now - self.last < (LIVE_EVERY_S if live else self.plain_every_s) and not (
-                force and live):
-            return
-        self.last = now
         if self._bar is not None:
-            self._bar.update(self._task, stats=stats)
-        else:
-            self._plain(stats)
-            self.shown = stats
+            now = time.monotonic()
+            if force or now - self.last >= LIVE_EVERY_S:
+                self.last = now
+                self._bar.update(self._task, stats=stats)
+            return
+        self._flush(time.monotonic())
 
     def note(self, line: str) -> None:
         """A line that stays on screen above the live line (or a plain line)."""
@@ -103,6 +115,18 @@ class Progress:
             self._bar.console.print(f"{self.what}: {line}", markup=False, highlight=False)
         else:
             self._plain(line)
+
+    def _flush(self, now: float) -> None:
+        """Print the latest figures if they are new and the last print is old enough."""
+        with self._lock:
+            if self.stats == self.shown or now - self.last < self.plain_every_s:
+                return
+            self.last, self.shown = now, self.stats
+            self._plain(self.stats)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(min(1.0, self.plain_every_s)):
+            self._flush(time.monotonic())
 
     def _plain(self, text: str) -> None:
         self.out.print(f"{self.what}: {text} [{self.elapsed():.0f} s]", markup=False,

@@ -102,6 +102,30 @@ def test_prove_shows_each_phase_as_it_starts(
     assert main(["prove", "--config", "gpu", "--policy", "pin", "--depth", "0",
                  "--page-depth", "1", "--workers", "1", "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("prove gpu/pin: bmc:page<= 1 (explicit engine)")
-    assert err[1].startswith("prove gpu/pin: induction (Z3)")
-    assert err[2].startswith("prove: gpu/pin done (1 of 1 cells)")
+    assert "\r" not in "".join(err)
+    assert [x.split(" [")[0] for x in err] == [
+        "prove gpu/pin: bmc:page<= 1 (explicit engine)",
+        "prove gpu/pin: explicit engine, depth 1 of 1 (1 states so far)",
+        "prove gpu/pin: induction (Z3): init, one consecution obligation per action, safety",
+        "prove: gpu/pin done (1 of 1 cells)"]
+
+
+def test_a_long_step_still_shows_its_figures_when_piped() -> None:
+    """Plain lines come from a timer: figures set just before a step that runs long are
+    printed while it runs, not only when the next update comes (the timer's call is made
+    here by hand, at a time past the interval: no test waits on a clock)."""
+    import time
+
+    from kvpocket.verify.terminal import Progress
+
+    buf = io.StringIO()
+    out = Console(file=buf, force_terminal=False, width=80)
+    with Progress("work", out=out, plain_every_s=3600, final_line=False) as line:
+        assert line._timer is not None and line._timer.is_alive()
+        line.update("depth 1")
+        line.update("depth 2")  # within the interval: not printed now
+        assert "depth 2" not in buf.getvalue()
+        line._flush(time.monotonic() + 3600)  # what the timer does once the interval is over
+        line._flush(time.monotonic() + 3600)  # nothing new: nothing printed
+    assert [x.split(" [")[0] for x in buf.getvalue().splitlines()] == [
+        "work: depth 1", "work: depth 2"]

@@ -203,7 +203,7 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
     jobs = [_Job(name, pol, depth, page_depth, out_dir, page_all, engine, custom)
             for name in names for pol in policies]
     # Plain lines, on a terminal too: the workers print theirs to the same stderr.
-    line = Progress("prove", live=False).__enter__()
+    line = Progress("prove", live=False, final_line=False).__enter__()
     finished = 0
 
     def done_one(i: int) -> None:
@@ -346,21 +346,27 @@ def _config_file(name: str | None) -> ProveConfig | None:
 
 
 def _bmc_runs(lay: Layout, layer: str, depth: int, engine: str,
-              prefix: list[TraceStep] | None = None, content: bool = False
-              ) -> list[tuple[str, BmcResult]]:
+              prefix: list[TraceStep] | None = None, content: bool = False,
+              line: Progress | None = None) -> list[tuple[str, BmcResult]]:
     """(engine, result) for each BMC engine `engine` names. Alone, the explicit engine
     checks every invariant (and explores token content where `content`); beside the
     symbolic one, only what that one checks and explores, so that their answers must
-    agree."""
+    agree. `line` shows each depth as its search starts."""
     out: list[tuple[str, BmcResult]] = []
+
+    def seen(k: int, states: int) -> None:
+        if line is not None:
+            line.update(f"explicit engine, depth {k} of {depth} ({states:,} states so far)")
+
     if engine == "explicit":
         out.append(("explicit", explicit_bmc(lay, layer, depth, prefix=prefix,
-                                             content=content)))
+                                             content=content, on_depth=seen)))
     if engine == "both":
         out.append(("explicit", explicit_bmc(lay, layer, depth, prefix=prefix,
-                                             props=properties(layer))))
+                                             props=properties(layer), on_depth=seen)))
     if engine in ("symbolic", "both"):
-        out.append(("symbolic", bmc(lay, layer, depth, prefix=prefix)))
+        out.append(("symbolic", bmc(lay, layer, depth, prefix=prefix, on_depth=lambda k: (
+            line.update(f"symbolic engine, depth {k} of {depth}") if line else None))))
     return out
 
 
@@ -376,7 +382,13 @@ def _disagreement(a: BmcResult, b: BmcResult) -> str:
 
 
 def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
-    """One (configuration, policy) cell: induction and BMC (a worker process).
+    """One (configuration, policy) cell (a worker process), its phases shown on stderr."""
+    with Progress(f"prove {job.config}/{job.policy}", live=False, final_line=False) as line:
+        return _prove_cell(job, line)
+
+
+def _prove_cell(job: _Job, line: Progress) -> tuple[list[Row], list[str], list[str]]:
+    """One (configuration, policy) cell: induction and BMC.
 
     BMC runs first: the symbolic engine's incremental search is the longest query here,
     and it is fastest in a Z3 context that the induction queries have not filled yet.
@@ -386,7 +398,6 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
     cfg = pc.config.with_pocket(True, pol)
     label = f"{name}/{pol}"
     lay = Layout(cfg)
-    line = Progress(f"prove {label}", live=False).__enter__()
     rows: list[Row] = []
     texts: list[str] = []
     traces: list[str] = []
@@ -397,7 +408,7 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
         if content and job.engine == "explicit":
             obligation += " with token content"
         line.note(f"{obligation} ({job.engine} engine{'s' if job.engine == 'both' else ''})")
-        found = _bmc_runs(lay, layer, steps, job.engine, prefix, content)
+        found = _bmc_runs(lay, layer, steps, job.engine, prefix, content, line)
         both = len(found) > 1
         for eng, r in found:
             runs.append((f"{tag}-{eng}" if both else tag,
