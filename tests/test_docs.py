@@ -294,3 +294,49 @@ def test_user_docs_cite_no_project_history(name: str) -> None:
     found = re.findall(r"(?i)\bissue \d+|\bitem \d+ of|\bthis round\b|\bbefore these changes\b",
                        text)
     assert not found, (name, found)
+
+
+def _readme_commands() -> list[str]:
+    """The `kvpocket ...` lines of the README's CLI block, comments cut (synopsis lines,
+    with `[...]`, are not commands to run as written)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## The CLI", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [x.split("  #", 1)[0].strip() for x in block.splitlines()]
+    return [x for x in lines if x.startswith("kvpocket ") and "[" not in x]
+
+
+def test_the_readme_commands_parse_as_written() -> None:
+    import shlex
+
+    from kvpocket.verify.cli.commands import build_parser
+
+    commands = _readme_commands()
+    assert len(commands) >= 10
+    for cmd in commands:
+        if "$(" not in cmd:
+            build_parser().parse_args(shlex.split(cmd)[1:])  # raises CliError if not
+
+
+def test_the_readme_replay_command_works_after_several_runs(tmp_path: Path) -> None:
+    """Every run that fails writes another failure trace: the command still names one."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    (cmd,) = [c for c in _readme_commands() if c.startswith("kvpocket replay")]
+    out = tmp_path / "kvpocket-out"
+    out.mkdir()
+    trace = ROOT / "verify" / "regressions" / "migration-during-park-revalidate.jsonl"
+    for name in ("failure-tiny-unsafe-0-r0.jsonl", "failure-tiny-unsafe-0-r0-2.jsonl"):
+        shutil.copy(trace, out / name)
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "kvpocket").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m kvpocket "$@"\n')
+    (shim / "kvpocket").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT / ".devpath")}
+    done = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "implementation and model agree" in done.stdout
