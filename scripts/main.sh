@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: the default lockstep fuzz campaign (implementation vs model on the matrix
 # of configurations and policies, CPU backend) and the Z3 proofs. Installs what it needs
-# into .venv first. Reports land in kvpocket-out/.
+# into .venv first (scripts/setup-env.sh says what and why; KVPOCKET_CUDA and KVPOCKET_REDIS
+# choose its optional parts). Each step starts with a `== ` line. Reports land in kvpocket-out/.
 #   KVPOCKET_EXAMPLES  the campaign's example budget (the matrix: --total-examples,
 #                      default 1000, the plan the kill figures are measured with; a preset:
 #                      --examples): the same run, and verdict, on any machine
@@ -38,6 +39,7 @@ if [ -n "${KVPOCKET_CONFIG+set}" ] && [ -z "$KVPOCKET_CONFIG" ]; then
   bad "KVPOCKET_CONFIG: expected a preset name (kvpocket fuzz --list-configs), got ''"
 fi
 
+echo "== setup: .venv (scripts/setup-env.sh; minutes the first time, seconds after)"
 scripts/setup-env.sh
 export PATH="$PWD/.venv/bin:$PATH"
 config=()
@@ -50,7 +52,6 @@ out=kvpocket-out
 mkdir -p "$out"
 stamp() { stat -c %y "$1" 2>/dev/null || echo none; }
 before=("$(stamp "$out/fuzz.json")" "$(stamp "$out/prove.json")")
-status=0
 budget=()  # the default: the campaign's own plan, counted in examples
 if [ -n "$minutes" ]; then budget=(--minutes "$minutes"); fi
 if [ -n "${KVPOCKET_EXAMPLES:-}" ]; then
@@ -58,9 +59,11 @@ if [ -n "${KVPOCKET_EXAMPLES:-}" ]; then
   else budget=(--total-examples "$KVPOCKET_EXAMPLES"); fi
 fi
 fuzz_status=0 prove_status=0
+echo "== fuzz: kvpocket fuzz ${config[*]} ${budget[*]} --workers $workers (progress on stderr)"
 kvpocket fuzz "${config[@]}" "${budget[@]}" --workers "$workers" \
   --json "$out/fuzz.json" --out "$out" || fuzz_status=$?
 if [ "$fuzz_status" -ne 2 ] && [ "$fuzz_status" -ne 130 ]; then  # a usage error or Ctrl-C: stop
+  echo "== prove: kvpocket prove (each cell's phases on stderr as they start)"
   kvpocket prove --json "$out/prove.json" --out "$out/prove" || prove_status=$?
 fi
 reports=()  # only the reports this run wrote

@@ -1,28 +1,60 @@
 #!/usr/bin/env bash
-# Creates (or refreshes) .venv with everything the test suite and the main job need.
-# Idempotent and quick when nothing changed. torch comes as the CPU build where a
-# local wheel directory provides it (set KVPOCKET_TORCH_SPEC to override).
+# Creates (or refreshes) .venv with what the test suite and the main job need, saying what
+# it installs and why, one line per step. Idempotent: quick when nothing changed.
+#
+# Always:  torch, the CPU build (the attention oracle; from /opt/wheels when that folder
+#          exists; KVPOCKET_TORCH_SPEC overrides the requirement), and the package with its
+#          dev and redis extras (pytest, mypy, ruff, matplotlib for `bench --plots`, the
+#          redis client).
+# CuPy:    the cuda extra (about 1.6 GB installed), only with KVPOCKET_CUDA=1, or when
+#          KVPOCKET_CUDA is unset and `nvidia-smi` works; KVPOCKET_CUDA=0 never installs it.
+# Redis:   the redis-server system package (apt-get), only with KVPOCKET_REDIS=1; without
+#          a server the Redis database test skips, saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+say() { echo "setup-env: $*"; }
+bad() { echo "scripts/setup-env.sh: error: $1" >&2; exit 2; }
 PY=${PYTHON:-python3}
+cuda="${KVPOCKET_CUDA-}"
+redis="${KVPOCKET_REDIS:-0}"
+[[ "$cuda" =~ ^(|0|1)$ ]] || bad "KVPOCKET_CUDA: expected 0 or 1 (unset: install CuPy when nvidia-smi works), got '$cuda'"
+[[ "$redis" =~ ^(0|1)$ ]] || bad "KVPOCKET_REDIS: expected 0 or 1, got '$redis'"
+
+extras=dev,redis
+if [ "$cuda" = 1 ]; then
+  extras+=,cuda; why_cuda="KVPOCKET_CUDA=1"
+elif [ -z "$cuda" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+  extras+=,cuda; why_cuda="nvidia-smi works (KVPOCKET_CUDA=0 leaves CuPy out)"
+else
+  why_cuda="no CuPy: ${cuda:+KVPOCKET_CUDA=0}${cuda:-no working nvidia-smi} (KVPOCKET_CUDA=1 installs it)"
+fi
+
 if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $("$PY" --version 2>&1)"
   "$PY" -m venv .venv
 fi
 find_links=()
 [ -d /opt/wheels ] && find_links=(--find-links /opt/wheels)
+pip=(.venv/bin/python -m pip install -q --disable-pip-version-check "${find_links[@]}")
 stamp=.venv/.kvpocket-deps
-want="$(sha256sum pyproject.toml | cut -c1-16)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check "${find_links[@]}" \
-    "${KVPOCKET_TORCH_SPEC:-torch==2.13.0}" \
-    || .venv/bin/python -m pip install -q --disable-pip-version-check "${find_links[@]}" torch
-  .venv/bin/python -m pip install -q --disable-pip-version-check "${find_links[@]}" \
-    -e ".[dev,cuda,redis]"
+want="$(sha256sum pyproject.toml | cut -c1-16) $extras"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  say ".venv is up to date (extras $extras; $why_cuda)"
+else
+  SECONDS=0
+  torch="${KVPOCKET_TORCH_SPEC:-torch==2.13.0}"
+  say "installing $torch, the CPU build (the attention oracle; a few hundred MB, minutes the first time)"
+  "${pip[@]}" "$torch" || { say "$torch not found; installing the newest torch instead"; "${pip[@]}" torch; }
+  say "installing kvpocket in editable mode with extras [$extras] ($why_cuda)"
+  "${pip[@]}" -e ".[$extras]"
   echo "$want" > "$stamp"
+  say "installed in ${SECONDS} s"
 fi
-if ! command -v redis-server >/dev/null 2>&1; then
-  # The Redis-backed example database is tested against a real server.
+if [ "$redis" = 1 ] && ! command -v redis-server >/dev/null 2>&1; then
+  say "installing redis-server with apt-get (KVPOCKET_REDIS=1: the Redis database test)"
   (apt-get install -y -qq redis-server >/dev/null 2>&1 \
     || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq redis-server >/dev/null 2>&1)) \
-    || echo "note: redis-server could not be installed; the Redis database test will skip" >&2
+    || say "note: redis-server could not be installed; the Redis database test will skip"
+elif ! command -v redis-server >/dev/null 2>&1; then
+  say "no redis-server (KVPOCKET_REDIS=1 installs it): the Redis database test will skip"
 fi

@@ -4,8 +4,10 @@ command, invariant and page action is mentioned."""
 from __future__ import annotations
 
 import functools
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,6 +177,12 @@ def test_adding_an_action_touches_the_files_named_here(monkeypatch: pytest.Monke
     toy = api.ApiAction("toy_flush", "api", (api.Param("seq", "seq"),), _toy_flush, False,
                         ("unknown_sequence",), "the sequence exists")
     monkeypatch.setitem(api.API, "toy_flush", toy)
+    # The minimal log is recorded by the implementation, which has no toy_flush to call: the
+    # section as committed stands in for it (the toy changes nothing in it).
+    from kvpocket.verify.cli import docgen
+
+    committed = _generated(ADAPTER_GUIDE.read_text(), "minimal-log").rstrip("\n")
+    monkeypatch.setitem(docgen.GENERATORS, "minimal-log", lambda: committed)
     # architecture.md regenerates after any code edit (its sizes); the others only if stale.
     stale = {f"docs/{p.name}" for p in DOCS
              if p != ARCHITECTURE and render(p.read_text()) != p.read_text()}
@@ -200,3 +208,135 @@ def test_architecture_lists_impl_modules_bottom_up() -> None:
               and i.target.split(".")[0] == "impl" and i.module.split(".")[1] != i.target.split(".")[1]
               and order.index(i.target.split(".")[1]) > order.index(i.module.split(".")[1])]
     assert not upward, upward
+
+
+REPEAT_WORDS = 12  # a passage this long, twice in one document, is a paste gone wrong
+
+
+def _prose_words(text: str) -> list[str]:
+    """A document's words outside generated sections, code blocks and table rows (where
+    the same cells legitimately repeat)."""
+    text = re.sub(r"<!-- BEGIN GENERATED: ([\w-]+) -->.*?<!-- END GENERATED: \1 -->", "", text,
+                  flags=re.DOTALL)
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    return " ".join(x for x in text.splitlines() if not x.lstrip().startswith("|")).split()
+
+
+@pytest.mark.parametrize("path", sorted([*(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]),
+                         ids=lambda p: p.name)
+def test_no_passage_is_written_twice(path: Path) -> None:
+    words = _prose_words(path.read_text())
+    first: dict[str, int] = {}
+    for i in range(len(words) - REPEAT_WORDS + 1):
+        passage = " ".join(words[i:i + REPEAT_WORDS])
+        at = first.setdefault(passage, i)
+        assert i == at or i - at < REPEAT_WORDS, f"{path.name}: twice: {passage!r}"
+
+
+ADAPTER_GUIDE = ROOT / "docs" / "adapter-guide.md"
+
+
+def _generated(text: str, name: str) -> str:
+    m = re.search(rf"<!-- BEGIN GENERATED: {name} -->\n(.*?)<!-- END GENERATED: {name} -->",
+                  text, flags=re.DOTALL)
+    assert m, name
+    return m.group(1)
+
+
+def test_the_adapter_guides_minimal_log_is_a_valid_complete_log(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvpocket.verify.cli.commands import main
+
+    text = ADAPTER_GUIDE.read_text()
+    (block,) = re.findall(r"```text\n(.*?)```", _generated(text, "minimal-log"), flags=re.DOTALL)
+    log = tmp_path / "minimal.ndjson"
+    log.write_text(block)
+    assert main(["trace", "check", str(log)]) == 0
+    assert "events valid" in capsys.readouterr().out
+    lines = block.splitlines()
+    actions = {json.loads(x).get("action") for x in lines[1:-1]}
+    assert {"create", "resume", "resize", "advance", "stop_committing"} <= actions
+    assert '"pocket",' in block and '{"error":' in block  # a pop and a refused misuse
+    # The guide's recipe for the end marker computes this log's marker.
+    recipe = text.split("<!-- recipe: end-marker -->\n```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, Any] = {}
+    exec(recipe, scope)
+    assert json.loads(scope["end_marker"](lines[:-1])) == json.loads(lines[-1])
+
+
+def test_the_adapter_guide_lists_every_config_field() -> None:
+    from kvpocket.model.config import KVConfig, LifeCycle
+
+    table = _generated(ADAPTER_GUIDE.read_text(), "config-fields")
+    listed = set(re.findall(r"^\| `([\w.\[\]]+)` \|", table, flags=re.MULTILINE))
+
+    def paths(obj: Any, prefix: str = "") -> set[str]:
+        if isinstance(obj, dict):
+            return {p for k, v in obj.items() for p in {prefix + k} | paths(v, prefix + k + ".")}
+        if isinstance(obj, list) and obj and isinstance(obj[0], dict):
+            return paths(obj[0], prefix.rstrip(".") + "[].")
+        return set()
+
+    cfg = KVConfig(life_cycles=(LifeCycle("swa", window=3),), slots_per_level=(4, 4, 4))
+    assert paths(cfg.to_json()) <= listed
+    assert {"pocket.evict_parked", "max_pages", "slots_per_level[]", "order"} <= listed
+    assert "each** pool group" in table  # slots are per pool group
+
+
+USER_DOCS = ("README.md", "docs/index.md", "docs/adapter-guide.md", "docs/cli.md",
+             "docs/campaigns.md", "docs/spec.md")
+
+
+@pytest.mark.parametrize("name", USER_DOCS)
+def test_user_docs_cite_no_project_history(name: str) -> None:
+    """A reader outside the project has no "issue 21 item 2" or "this round" to look up."""
+    text = (ROOT / name).read_text()
+    found = re.findall(r"(?i)\bissue \d+|\bitem \d+ of|\bthis round\b|\bbefore these changes\b",
+                       text)
+    assert not found, (name, found)
+
+
+def _readme_commands() -> list[str]:
+    """The `kvpocket ...` lines of the README's CLI block, comments cut (synopsis lines,
+    with `[...]`, are not commands to run as written)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## The CLI", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [x.split("  #", 1)[0].strip() for x in block.splitlines()]
+    return [x for x in lines if x.startswith("kvpocket ") and "[" not in x]
+
+
+def test_the_readme_commands_parse_as_written() -> None:
+    import shlex
+
+    from kvpocket.verify.cli.commands import build_parser
+
+    commands = _readme_commands()
+    assert len(commands) >= 10
+    for cmd in commands:
+        if "$(" not in cmd:
+            build_parser().parse_args(shlex.split(cmd)[1:])  # raises CliError if not
+
+
+def test_the_readme_replay_command_works_after_several_runs(tmp_path: Path) -> None:
+    """Every run that fails writes another failure trace: the command still names one."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    (cmd,) = [c for c in _readme_commands() if c.startswith("kvpocket replay")]
+    out = tmp_path / "kvpocket-out"
+    out.mkdir()
+    trace = ROOT / "verify" / "regressions" / "migration-during-park-revalidate.jsonl"
+    for name in ("failure-tiny-unsafe-0-r0.jsonl", "failure-tiny-unsafe-0-r0-2.jsonl"):
+        shutil.copy(trace, out / name)
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "kvpocket").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m kvpocket "$@"\n')
+    (shim / "kvpocket").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT / ".devpath")}
+    done = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "implementation and model agree" in done.stdout

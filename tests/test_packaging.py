@@ -3,6 +3,7 @@ subpackages, and no top-level `model`, `impl` or `verify`."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -18,7 +19,7 @@ def test_every_source_package_is_listed() -> None:
         "kvpocket." + ".".join(p.parent.relative_to(ROOT).parts)
         for top in ("model", "impl", "verify") for p in (ROOT / top).rglob("__init__.py")
     }
-    assert found == listed
+    assert found | {"kvpocket"} == listed  # "kvpocket": the root's __main__.py
 
 
 def test_non_editable_install_imports_only_kvpocket(tmp_path: Path) -> None:
@@ -68,3 +69,16 @@ def test_no_package_export_shadows_its_submodule() -> None:
         subs = {p.stem for p in init.parent.glob("*.py")} | {p.name for p in init.parent.iterdir()
                                                                 if (p / "__init__.py").is_file()}
         assert not set(getattr(mod, "__all__", ())) & subs, pkg
+
+
+def test_python_m_kvpocket_runs_the_cli_from_the_source_tree(tmp_path: Path) -> None:
+    """`python -m kvpocket` from a clone (through `.devpath`, as pytest imports it) is the
+    `kvpocket` command, with the version pyproject.toml declares."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(ROOT / ".devpath")
+    for args, needle in ((["--version"], f"kvpocket {version}"), (["--help"], "usage: kvpocket")):
+        done = subprocess.run([sys.executable, "-m", "kvpocket", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(needle), done.stdout

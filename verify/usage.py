@@ -15,7 +15,9 @@ import os
 import re
 import sys
 import tempfile
+import tomllib
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +212,20 @@ def use_hypothesis_home(folder: str | Path) -> Path:
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(home)
     set_hypothesis_home_dir(home)
     return home
+
+
+def kvpocket_version() -> str:
+    """The version pyproject.toml declares: read from it in a clone (so a source tree run
+    through `.devpath` never reports another install's version), from the installed
+    package's metadata otherwise."""
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text())["project"]
+        if project.get("name") == "kvpocket":
+            return str(project["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        pass
+    try:
+        return metadata.version("kvpocket")
+    except metadata.PackageNotFoundError:
+        return "unknown (neither a clone nor an installed package)"

@@ -1,9 +1,9 @@
-"""A plain install (no extras: no torch, no CuPy, no redis) runs every subcommand's
+"""A plain install (no extras: no torch, no CuPy, no redis, no matplotlib) runs every subcommand's
 cheapest form without a traceback; the optional parts say in one line what is missing.
 
 The package is installed with `pip install --no-deps --target` (as tests/test_packaging.py
 does); the core dependencies come from this environment, and a `sitecustomize` on the
-path makes torch, cupy and redis unimportable, as on a machine that never installed them.
+path makes torch, cupy, redis and matplotlib unimportable, as on a machine that never installed them.
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HIDDEN = ("torch", "cupy", "cupyx", "cupy_backends", "redis")
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+HIDDEN = ("torch", "cupy", "cupyx", "cupy_backends", "redis", "matplotlib")
 
 SHIM = f'''
 import sys
@@ -64,8 +66,8 @@ def _env(plain: dict[str, str]) -> dict[str, str]:
 
 def _run(plain: dict[str, str], *args: str, code: str | None = None, timeout: float = 240
          ) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m",
-                                                     "kvpocket.verify.cli", *args]
+    # `python -m kvpocket`: the installed package's own entry (the root's __main__.py)
+    cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m", "kvpocket", *args]
     work = Path(plain["root"]) / "work"
     work.mkdir(exist_ok=True)
     return subprocess.run(cmd, cwd=work, env=_env(plain), capture_output=True, text=True,
@@ -93,6 +95,7 @@ REGRESSION = "kvpocket/verify/regressions/migration-during-park-revalidate.jsonl
 # (arguments, expected exit status, a line stdout or stderr must contain)
 CHEAPEST: list[tuple[list[str], int, str]] = [
     (["--help"], 0, "usage: kvpocket"),
+    (["--version"], 0, f"kvpocket {VERSION}"),
     (["spec"], 0, "Invariants"),
     (["spec", "--json"], 0, '"invariants"'),
     (["fuzz", "--list-configs"], 0, "default matrix"),
@@ -110,6 +113,7 @@ CHEAPEST: list[tuple[list[str], int, str]] = [
     (["trace", "check", "log.ndjson"], 0, "events valid"),
     (["bench", "--list"], 0, "smoke"),
     (["bench", "--suite", "gpu"], 2, "needs CuPy"),
+    (["bench", "--suite", "smoke", "--plots", "plots"], 2, "pip install 'kvpocket[plots]'"),
     (["mutants", "--list"], 0, "pop-no-revalidate"),
     (["mutants", "--only", "pop-no-revalidate", "--budget", "20"], 0,
      "attention detector skipped: torch is not installed"),

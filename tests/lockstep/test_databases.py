@@ -70,7 +70,7 @@ def _free_port() -> int:
 def redis_url(tmp_path: Path) -> Iterator[str]:
     exe = shutil.which("redis-server")
     if exe is None:
-        pytest.skip("redis-server is not installed (scripts/setup-env.sh installs it)")
+        pytest.skip("redis-server is not installed (KVPOCKET_REDIS=1 scripts/setup-env.sh installs it)")
     port = _free_port()
     proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                              "--appendonly", "no", "--dir", str(tmp_path)],

@@ -324,3 +324,34 @@ def test_a_long_recording_keeps_a_bounded_number_of_handles(
         created += w.next_id - before
     assert created > 10  # many sequences came and went
     assert len(w.seqs) <= max(4, len(w._open()))
+
+
+def test_trace_check_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`trace check --json OUT`: the verdict, the events checked, the first bad event's line
+    and reason, for a valid, an invalid and a malformed log."""
+    log = _record(tmp_path, "tiny", "revalidate")
+    js = tmp_path / "verdict.json"
+    assert main(["trace", "check", str(log), "--json", str(js)]) == 0
+    data = json.loads(js.read_text())
+    assert data["verdict"] == "valid" and data["file"] == str(log)
+    assert data["events_checked"] == len(_rows(log)) - 1 and data["first_bad_event"] is None
+    assert data["compared"]["choices"] > 0
+    capsys.readouterr()
+    rows = _rows(log)
+    line = _line_of(rows, lambda r: r["action"] == "resize" and r["result"] is True)
+    rows[line - 1] = {**rows[line - 1], "result": False}
+    bad = _write(tmp_path / "bad.ndjson", rows)
+    assert main(["trace", "check", str(bad), "--json", str(js)]) == 1
+    data = json.loads(js.read_text())
+    assert data["verdict"] == "invalid" and data["events_checked"] == line - 1
+    first = data["first_bad_event"]
+    assert first["line"] == line and first["reason"] == "different result"
+    assert first["report"][0].startswith(f"{bad}:{line}: ")
+    assert capsys.readouterr().out.splitlines()[0] == first["report"][0]  # the text report too
+    cut = tmp_path / "cut.ndjson"
+    cut.write_text(log.read_text()[:-20])
+    assert main(["trace", "check", str(cut), "--json", str(js)]) == 2
+    data = json.loads(js.read_text())
+    assert data["verdict"] == "malformed" and "truncated" in data["error"]
+    assert main(["trace", "check", str(log), "--json", str(js / "x.json")]) == 2  # under a file
+    assert "--json" in capsys.readouterr().err

@@ -35,6 +35,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("verify.quality.seeded", "verify.conformance"): HYPOTHESIS,
     ("verify.quality.seeded", "torch"): "optional: the attention detector is skipped without it",
     ("verify.targets.registry", "verify.targets.vllm"): "an adapter loads only when named",
+    ("verify.terminal", "rich"): RICH,
     ("verify.usage", "hypothesis"): HYPOTHESIS,
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvpocket.verify.bench.cases import BenchResult
+from kvpocket.verify.terminal import console
 
 
 def _fmt(v: Any, nd: int = 2) -> str:
@@ -19,13 +20,9 @@ def _fmt(v: Any, nd: int = 2) -> str:
 
 def print_result(res: BenchResult) -> None:
     # rich only when a table is printed (`kvpocket --help` imports this module)
-    from rich.console import Console
     from rich.table import Table
 
-    # The tables are wide: never narrower than 140 columns, so numbers are not cut to
-    # "0.…" at 80 columns or when piped (a terminal wider than that is used as it is).
-    con = Console()
-    con = Console(width=max(140, con.width))
+    con = console()  # piped: as wide as the tables (a narrow terminal folds them)
     m = res.machine
     con.print(f"[bold]kvpocket bench[/] suite {res.suite}, backend {res.backend}; python "
               f"{m['python']}, numpy {m['numpy']}, {m['cpu_count']} cpus; {res.seconds:.1f} s")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import platform
@@ -110,6 +111,17 @@ def _check_outputs(args: argparse.Namespace) -> None:
                       [("--plots", args.plots), ("--out", args.bench_out)])
     except CliError as exc:
         raise BenchUsageError(str(exc)) from None
+    if args.plots and not _installed("matplotlib"):
+        raise BenchUsageError("argument --plots: needs matplotlib, an optional extra "
+                              "(pip install 'kvpocket[plots]' or pip install matplotlib)")
+
+
+def _installed(name: str) -> bool:
+    """Whether `name` can be imported, without importing it (matplotlib takes seconds)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 def _machine() -> dict[str, Any]:

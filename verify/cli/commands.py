@@ -52,7 +52,7 @@ from kvpocket.verify.proofs.prove import add_prove_arguments
 from kvpocket.verify.quality.killmatrix import MAX_BUDGET_S, add_mutants_arguments, run_mutants
 from kvpocket.verify.quality.patches import BUGS, switched_on, unknown_bug
 from kvpocket.verify.traces.record import record
-from kvpocket.verify.traces.trace import TraceError, open_events, read_trace
+from kvpocket.verify.traces.trace import TraceError, open_events, read_trace, write_atomic
 from kvpocket.verify.traces.tracecheck import ConfigTooSmall, TooVague, check_events
 from kvpocket.verify.usage import (
     MAX_EXAMPLES,
@@ -66,6 +66,7 @@ from kvpocket.verify.usage import (
     check_output,
     check_output_dir,
     check_outputs,
+    kvpocket_version,
     use_hypothesis_home,
 )
 
@@ -217,7 +218,7 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list-configs", action="store_true",
                    help="list the preset configurations and the default matrix (with --target: "
                    "that engine's presets)")
-    p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     p.add_argument("--mutant", metavar="NAME", default=None,
                    help="switch one seeded implementation bug on (`kvpocket mutants --list`, "
                    "`--zoo --list`): the campaign should find it; its reproducers name it")
@@ -487,7 +488,10 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
                        help="accept a log without its end marker (written before end markers "
                        "existed); otherwise a missing marker is reported as truncation")
     check.add_argument("--no-progress", action="store_true",
-                       help="no progress line (shown on a terminal for long logs)")
+                       help="no progress on stderr (shown for logs over 1 MB)")
+    check.add_argument("--json", dest="json_path", metavar="OUT",
+                       help="also write the verdict as JSON: verdict (valid, invalid or "
+                       "malformed), events checked, the first bad event's line and reason")
     check.set_defaults(trace_run=_trace_check)
     record = sub.add_parser("record", help="run a seeded random workload on the "
                             "implementation and write its event log")
@@ -515,6 +519,7 @@ def _trace_check(args: argparse.Namespace) -> int:
     cfg_override = config_from_args(args.config, None) if args.config else None
     policy = PocketPolicy.parse(args.policy, "--policy") if args.policy is not None else None
     order = Order.parse(args.order, "--order") if args.order is not None else None
+    check_output("--json", args.json_path)
     try:
         log = open_events(args.log, allow_unterminated=args.allow_unterminated)
         cfg = cfg_override or log.config
@@ -527,14 +532,27 @@ def _trace_check(args: argparse.Namespace) -> int:
             result = check_events(log, cfg, args.log, progress=lambda n: ticker.update(
                 n, log.line))
     except TraceError as exc:
+        _trace_check_json(args, {"verdict": "malformed", "error": str(exc)})
         raise CliError(str(exc)) from None
     except (ConfigTooSmall, TooVague) as exc:
         raise CliError(f"{args.log}: {exc}") from None
+    bad = None if result.ok else {"line": result.line, "reason": result.kind,
+                                  "report": result.report.splitlines()}
+    _trace_check_json(args, {
+        "verdict": "valid" if result.ok else "invalid", "events_checked": result.events,
+        "order": result.order, "compared": result.compared,
+        "events_without_choices": result.without_choices, "first_bad_event": bad})
     if result.ok:
         print(f"{args.log}: {result.summary()}")
         return EXIT_OK
     print(result.report)
     return EXIT_FOUND
+
+
+def _trace_check_json(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """`trace check --json OUT`: the verdict for a machine (the text report is for a person)."""
+    if args.json_path:
+        write_atomic(args.json_path, json.dumps({"file": args.log, **data}, indent=2) + "\n")
 
 
 def _trace_record(args: argparse.Namespace) -> int:
@@ -624,6 +642,7 @@ COMMANDS: list[Command] = [
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvpocket", description=(
         "Reference spec and verification kit for paged KV caches with an SWA reuse pocket."))
+    parser.add_argument("--version", action="version", version=f"kvpocket {kvpocket_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, add_args, run in COMMANDS:
         run_doc = (run.__doc__ or "").strip().splitlines()

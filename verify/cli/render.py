@@ -2,45 +2,33 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvpocket.verify.terminal import progress_console
-
-
-def console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+from kvpocket.verify.terminal import Progress, console
 
 
 class Ticker:
-    """A progress line on stderr for a long file check: lines and bytes read, rate.
-    Silent off a terminal, when `show` is False, or for a small file."""
+    """Progress of a long file check (events, line, rate) through the one progress
+    component; silent when `show` is False or for a small file."""
 
     SMALL = 1 << 20  # bytes: a file this small is done before a line would help
 
     def __init__(self, what: str, total_bytes: int, show: bool = True) -> None:
-        self.what, self.total = what, total_bytes
-        self.out, self.show = progress_console(show and total_bytes >= self.SMALL)
-        self.start = 0.0
+        self.line = Progress(what, show and total_bytes >= self.SMALL)
 
     def __enter__(self) -> Ticker:
-        self.start = time.monotonic()
+        self.line.__enter__()
         return self
 
     def update(self, events: int, line: int) -> None:
-        if not self.show:
-            return
-        secs = max(time.monotonic() - self.start, 1e-9)
-        self.out.print(f"{self.what}: {events:,} events, line {line:,} "
-                       f"({events / secs:,.0f} events/s)", end="\r", markup=False)
+        rate = events / max(self.line.elapsed(), 1e-9)
+        self.line.update(f"{events:,} events, line {line:,} ({rate:,.0f} events/s)")
 
     def __exit__(self, *exc: object) -> None:
-        if self.show:
-            self.out.print(" " * 79, end="\r")
+        self.line.__exit__(None, None, None)
 
 
 def print_spec(data: dict[str, Any]) -> None:

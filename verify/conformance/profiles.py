@@ -1,18 +1,28 @@
-"""Hypothesis settings profiles for the lockstep machine.
+"""The campaign profiles, registered as Hypothesis settings profiles.
 
 dev:  quick local runs.
 ci:   derandomized and bounded: the same examples every run, no database.
 fuzz: long campaigns (use with `kvpocket fuzz --minutes`).
+gpu:  the CuPy backend; no deadline (first kernel launches compile).
+
+`kvpocket fuzz --profile NAME` takes the project's names; Hypothesis knows them as
+`kvpocket-NAME` (`settings.get_profile("kvpocket-ci")`, `pytest --hypothesis-profile
+kvpocket-ci`), because Hypothesis owns a profile called "ci" that it loads by itself when
+a CI variable is set, and registering over it would change every test of a process that
+imports kvpocket. Each profile's parent is Hypothesis's "default" profile, so a campaign
+on a CI machine runs as it does anywhere else.
 
 Every failure goes through the trace-level minimiser (`shrink.py`); only `fuzz`
 also runs Hypothesis's own shrinker first, which is thorough but can take
 minutes on a stateful test whose steps each run two KV-cache managers.
-gpu:  the CuPy backend; no deadline (first kernel launches compile).
 
 A campaign's examples depend on its seed alone: `seeded` keeps the example
 database that Hypothesis's `@seed` would switch off, and `only_the_seed` stops
 Hypothesis from mixing in constants collected from whatever modules the
-process happened to import (which made CI runs differ from local ones).
+process happened to import (which made CI runs differ from local ones). Both use
+Hypothesis's private internals (no public API does either), hence the upper bound on
+Hypothesis in pyproject.toml and tests/lockstep/test_hypothesis_internals.py, which fails
+by name when a release moves them.
 """
 
 from __future__ import annotations
@@ -26,41 +36,59 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.internal.conjecture import providers
 
 SUPPRESS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
+PREFIX = "kvpocket-"  # Hypothesis's name of a profile: PREFIX + the project's name
+
+
+def _register(name: str, max_examples: int, steps: int, shrink: bool = False,
+              derandomize: bool = False) -> None:
+    settings.register_profile(
+        PREFIX + name, parent=settings.get_profile("default"),
+        max_examples=max_examples, stateful_step_count=steps, derandomize=derandomize,
+        database=None, deadline=None, suppress_health_check=SUPPRESS,
+        report_multiple_bugs=False, print_blob=False,
+        phases=NO_SHRINK + ((Phase.shrink,) if shrink else ()))
+
+
+_register("dev", 50, 30)
+_register("ci", 60, 40, derandomize=True)
+_register("fuzz", 100_000, 60, shrink=True)
+_register("gpu", 40, 40)
 
 
 @dataclass(frozen=True)
 class Profile:
+    """A campaign profile: its registered Hypothesis settings, and the backend it runs on
+    (the one part of a profile that is not a Hypothesis setting)."""
+
     name: str
-    max_examples: int
-    steps: int
-    derandomize: bool
     backend: str
-    doc: str
-    hypothesis_shrink: bool  # else only the fast trace-level minimiser (shrink.py) runs
+
+    @property
+    def settings(self) -> settings:
+        return settings.get_profile(PREFIX + self.name)
+
+    @property
+    def max_examples(self) -> int:
+        return self.settings.max_examples
+
+    @property
+    def derandomize(self) -> bool:
+        return self.settings.derandomize
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("dev", 50, 30, False, "numpy", "quick local runs", False),
-    Profile("ci", 60, 40, True, "numpy", "derandomized and bounded, no database", False),
-    Profile("fuzz", 100_000, 60, False, "numpy", "long campaigns", True),
-    Profile("gpu", 40, 40, False, "cupy", "CuPy backend, no deadline", False),
-)}
+    Profile("dev", "numpy"), Profile("ci", "numpy"), Profile("fuzz", "numpy"),
+    Profile("gpu", "cupy"))}
 
 
 def hypothesis_settings(profile: Profile, max_examples: int | None = None,
                         steps: int | None = None, database: object = None) -> settings:
-    return settings(
-        max_examples=max_examples or profile.max_examples,
-        stateful_step_count=steps or profile.steps,
-        derandomize=profile.derandomize,
-        deadline=None,
-        database=database,  # type: ignore[arg-type]
-        suppress_health_check=SUPPRESS,
-        report_multiple_bugs=False,
-        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
-        + ([Phase.shrink] if profile.hypothesis_shrink else []),
-        print_blob=False,
-    )
+    """The profile's settings with a campaign's budget and example database."""
+    base = profile.settings
+    return settings(base, max_examples=max_examples or base.max_examples,
+                    stateful_step_count=steps or base.stateful_step_count,
+                    database=database)  # type: ignore[arg-type]
 
 
 def seeded(test: Any, seed: int) -> Any:
@@ -69,8 +97,8 @@ def seeded(test: Any, seed: int) -> Any:
     Hypothesis's public `@seed` also switches the database off (it treats a seeded
     run as a replay), but a campaign needs both: the same examples for the same seed
     on a fresh database, and failures pooled for the other workers. So this sets only
-    the seed attribute that `@seed` sets; tests/lockstep/test_databases.py fails if a
-    Hypothesis release changes that.
+    the seed attribute that `@seed` sets; tests/lockstep/test_hypothesis_internals.py
+    fails if a Hypothesis release changes that.
     """
     test._hypothesis_internal_use_seed = seed
     return test

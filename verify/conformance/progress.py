@@ -1,41 +1,36 @@
-"""Live progress lines for campaigns, on stderr and only on a terminal.
+"""Campaign progress: the live statistics of a fuzz campaign or of the default matrix, shown
+through the one progress component (`verify/terminal.py: Progress`).
 
-The campaign runners (`fuzz.run_campaign`, `matrix.run_matrix`) own their progress line:
-it reads the campaign's live statistics (`stateful.STATS`), and the final report is the
-command line's to print (`verify/cli/render.py`).
+The campaign runners (`fuzz.run_campaign`, `matrix.run_matrix`) own their progress: it
+reads the campaign's live statistics (`stateful.STATS`); the final report is the command
+line's to print (`verify/cli/render.py`). Failures come first in each line, so a narrow
+terminal never cuts them off.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kvpocket.verify.conformance.stateful import STATS
-from kvpocket.verify.terminal import progress_console, progress_line
+from kvpocket.verify.terminal import Progress
 
 
 class CampaignProgress:
-    """A live progress line for a fuzz campaign: examples, steps, steps/s, rare states,
-    failures. Silent when `show` is False (tests, --json-only runs)."""
+    """A fuzz campaign: failures, examples, steps, steps/s, rare states. Silent when `show`
+    is False (tests, --json-only runs)."""
 
     def __init__(self, spec: Any, show: bool) -> None:
-        self.show = show
         self.multi = False
         self.steps = 0
-        self.last = 0.0
-        out, self.show = progress_console(show)
-        self.progress = progress_line(out, self.show)
-        self.task = self.progress.add_task(
-            f"fuzz {spec.config_name}/{spec.cfg.pocket.policy.value}", total=None, stats="")
+        self.line = Progress(f"fuzz {spec.config_name}/{spec.cfg.pocket.policy.value}", show)
 
     def __enter__(self) -> CampaignProgress:
-        self.start = time.monotonic()
-        self.progress.__enter__()
+        self.line.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._refresh(force=True)
-        self.progress.__exit__(None, None, None)
+        self.line.__exit__(None, None, None)
 
     def tick(self, steps: int) -> None:
         self.steps += steps
@@ -48,47 +43,34 @@ class CampaignProgress:
         self._refresh()
 
     def _refresh(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.show or (not force and now - self.last < 0.2):
-            return
-        self.last = now
-        rate = self.steps / max(now - self.start, 1e-9)
+        rate = self.steps / max(self.line.elapsed(), 1e-9)
         if self.multi:
-            self.progress.update(self.task, stats=(
-                f"steps {self.steps}  {rate:,.0f} steps/s  (per-worker examples, rare states "
-                "and failures in the table at the end)"))
+            self.line.update(f"steps {self.steps}  {rate:,.0f} steps/s  (examples, rare states "
+                             "and failures per worker in the table at the end)", force)
             return
         reached = sum(1 for v in STATS.rare.values() if v)
-        failures = 1 if STATS.failure else 0
-        self.progress.update(self.task, stats=(
-            f"examples {STATS.examples}  steps {self.steps}  {rate:,.0f} steps/s  "
-            f"rare states {reached}  failures {failures}"))
+        self.line.update(f"failures {1 if STATS.failure else 0}  examples {STATS.examples}  "
+                         f"steps {self.steps}  rare states {reached}  {rate:,.0f} steps/s", force)
 
 
 class MatrixProgress:
-    """A live line for the default campaign: elapsed / budget, the cell running now,
-    examples, steps and failures. Silent when `show` is False."""
+    """The default campaign: failures, examples, steps, the cell running now. Silent when
+    `show` is False."""
 
     def __init__(self, report: Any, budget_s: float, show: bool) -> None:
         self.report = report
-        self.show = show
         self.steps = 0
         self.cell = ""
-        self.last = 0.0
-        out, self.show = progress_console(show)
-        self.progress = progress_line(out, self.show)
         budget = f"{report.total_examples} examples" if getattr(report, "total_examples", None) \
             else f"{budget_s:g} s"
-        self.task = self.progress.add_task(
-            f"fuzz matrix ({len(report.cells)} cells, budget {budget})", total=None, stats="")
+        self.line = Progress(f"fuzz matrix ({len(report.cells)} cells, budget {budget})", show)
 
     def __enter__(self) -> MatrixProgress:
-        self.start = time.monotonic()
-        self.progress.__enter__()
+        self.line.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(None, None, None)
+        self.line.__exit__(None, None, None)
 
     def current(self, cell: str) -> None:
         self.cell = cell
@@ -103,12 +85,7 @@ class MatrixProgress:
         self._refresh()
 
     def _refresh(self) -> None:
-        now = time.monotonic()
-        if not self.show or now - self.last < 0.2:
-            return
-        self.last = now
-        rate = self.steps / max(now - self.start, 1e-9)
+        rate = self.steps / max(self.line.elapsed(), 1e-9)
         where = f"  cell {self.cell}" if self.cell else ""
-        self.progress.update(self.task, stats=(
-            f"steps {self.steps}  {rate:,.0f} steps/s  examples {self.report.examples}  "
-            f"failures {len(self.report.failures)}{where}"))
+        self.line.update(f"failures {len(self.report.failures)}  examples {self.report.examples}  "
+                         f"steps {self.steps}  {rate:,.0f} steps/s{where}")

@@ -27,7 +27,7 @@ must agree (tests/verify/test_bmc.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import product
 from typing import Any
 
@@ -146,8 +146,8 @@ class _Successors:
 
 def explicit_bmc(lay: Layout, layer: str, depth: int, prefix: list[TraceStep] | None = None,
                  max_states: int = DEFAULT_MAX_STATES,
-                 props: Sequence[Invariant] | None = None, content: bool = False
-                 ) -> BmcResult:
+                 props: Sequence[Invariant] | None = None, content: bool = False,
+                 on_depth: Callable[[int, int], None] | None = None) -> BmcResult:
     """Search breadth-first for the shortest run (<= depth steps) that breaks a property
     (`props`, default `every_invariant(layer)`; `bounded.properties(layer)` asks exactly
     what the symbolic engine asks) or a page-action guard inside an API action. `content`:
@@ -189,6 +189,8 @@ def explicit_bmc(lay: Layout, layer: str, depth: int, prefix: list[TraceStep] | 
     successors = _Successors(lay, layer, content)
     frontier = [start]
     for k in range(depth):
+        if on_depth is not None:  # a progress line: the depth and the states seen so far
+            on_depth(k + 1, len(parent))
         deeper: list[State] = []
         for s in frontier:
             for step, post in successors(s):

@@ -34,6 +34,8 @@ from kvpocket.verify.proofs.bounded import BmcResult, properties
 from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
 from kvpocket.verify.proofs.obligations import PROVED, UNKNOWN, VIOLATED, prove_config
 from kvpocket.verify.proofs.symbolic_bmc import bmc
+from kvpocket.verify.terminal import Progress
+from kvpocket.verify.terminal import console as terminal_console
 from kvpocket.verify.traces.trace import Trace, TraceStep, unused_path, write_atomic, write_trace
 
 # API steps from Init to a page parked in the pocket (SWA window 3, 2 tokens per block):
@@ -173,10 +175,7 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
     `depth` None: DEFAULT_DEPTH (the unsafe counterexample's depth), or SYMBOLIC_DEPTH
     when the symbolic engine runs under the safe policies.
     """
-    # rich only when a table is printed (`kvpocket --help` imports this module)
-    from rich.console import Console
-
-    console = Console(highlight=False)
+    console = terminal_console()
     try:
         if engine not in ENGINES:
             raise ProveUsageError(f"argument --engine: unknown engine {engine!r}; expected one "
@@ -205,12 +204,14 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
     page_all = config_name is not None
     jobs = [_Job(name, pol, depth, page_depth, out_dir, page_all, engine, custom)
             for name in names for pol in policies]
-    progress = sys.stderr.isatty()
+    # Plain lines, on a terminal too: the workers print theirs to the same stderr.
+    line = Progress("prove", live=False, final_line=False).__enter__()
+    finished = 0
 
     def done_one(i: int) -> None:
-        if progress:
-            print(f"[prove] {jobs[i].config}/{jobs[i].policy} done ({time.perf_counter() - t_all:.0f} s"
-                  f", {len(jobs)} cells)", file=sys.stderr, flush=True)
+        nonlocal finished
+        finished += 1
+        line.note(f"{jobs[i].config}/{jobs[i].policy} done ({finished} of {len(jobs)} cells)")
 
     results: list[tuple[list[Row], list[str], list[str]] | None] = [None] * len(jobs)
     interrupted = False
@@ -349,21 +350,27 @@ def _config_file(name: str | None) -> ProveConfig | None:
 
 
 def _bmc_runs(lay: Layout, layer: str, depth: int, engine: str,
-              prefix: list[TraceStep] | None = None, content: bool = False
-              ) -> list[tuple[str, BmcResult]]:
+              prefix: list[TraceStep] | None = None, content: bool = False,
+              line: Progress | None = None) -> list[tuple[str, BmcResult]]:
     """(engine, result) for each BMC engine `engine` names. Alone, the explicit engine
     checks every invariant (and explores token content where `content`); beside the
     symbolic one, only what that one checks and explores, so that their answers must
-    agree."""
+    agree. `line` shows each depth as its search starts."""
     out: list[tuple[str, BmcResult]] = []
+
+    def seen(k: int, states: int) -> None:
+        if line is not None:
+            line.update(f"explicit engine, depth {k} of {depth} ({states:,} states so far)")
+
     if engine == "explicit":
         out.append(("explicit", explicit_bmc(lay, layer, depth, prefix=prefix,
-                                             content=content)))
+                                             content=content, on_depth=seen)))
     if engine == "both":
         out.append(("explicit", explicit_bmc(lay, layer, depth, prefix=prefix,
-                                             props=properties(layer))))
+                                             props=properties(layer), on_depth=seen)))
     if engine in ("symbolic", "both"):
-        out.append(("symbolic", bmc(lay, layer, depth, prefix=prefix)))
+        out.append(("symbolic", bmc(lay, layer, depth, prefix=prefix, on_depth=lambda k: (
+            line.update(f"symbolic engine, depth {k} of {depth}") if line else None))))
     return out
 
 
@@ -379,7 +386,13 @@ def _disagreement(a: BmcResult, b: BmcResult) -> str:
 
 
 def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
-    """One (configuration, policy) cell: induction and BMC (a worker process).
+    """One (configuration, policy) cell (a worker process), its phases shown on stderr."""
+    with Progress(f"prove {job.config}/{job.policy}", live=False, final_line=False) as line:
+        return _prove_cell(job, line)
+
+
+def _prove_cell(job: _Job, line: Progress) -> tuple[list[Row], list[str], list[str]]:
+    """One (configuration, policy) cell: induction and BMC.
 
     BMC runs first: the symbolic engine's incremental search is the longest query here,
     and it is fastest in a Z3 context that the induction queries have not filled yet.
@@ -398,7 +411,8 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
                prefix: list[TraceStep] | None = None, content: bool = False) -> None:
         if content and job.engine == "explicit":
             obligation += " with token content"
-        found = _bmc_runs(lay, layer, steps, job.engine, prefix, content)
+        line.note(f"{obligation} ({job.engine} engine{'s' if job.engine == 'both' else ''})")
+        found = _bmc_runs(lay, layer, steps, job.engine, prefix, content, line)
         both = len(found) > 1
         for eng, r in found:
             runs.append((f"{tag}-{eng}" if both else tag,
@@ -417,6 +431,7 @@ def _prove_one(job: _Job) -> tuple[list[Row], list[str], list[str]]:
     if depth > 0 and pc.api_bmc and pol != "unsafe" and depth < len(PARK_PREFIX) + PARK_DEPTH:
         search("api-park", f"bmc:api<= {PARK_DEPTH} after park", "api", PARK_DEPTH,
                list(PARK_PREFIX))
+    line.note("induction (Z3): init, one consecution obligation per action, safety")
     for o in prove_config(lay, label):
         rows.append(Row(label, o.obligation, o.status, o.seconds, o.detail))
         if o.cti is not None:

@@ -22,6 +22,7 @@ the choices the API programs made.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -167,7 +168,8 @@ INT_BITS = 12  # integers are signed 12-bit vectors in BMC; `_width_problem` kee
 
 
 def bmc(lay: Layout, layer: str, depth: int, rlimit: int = BMC_RLIMIT,
-        prefix: list[TraceStep] | None = None) -> BmcResult:
+        prefix: list[TraceStep] | None = None,
+        on_depth: Callable[[int], None] | None = None) -> BmcResult:
     """Search for the shortest run (<= depth steps) that breaks an invariant.
 
     The run starts in Init, or (API layer) in the concrete state after `prefix`, a list
@@ -176,7 +178,8 @@ def bmc(lay: Layout, layer: str, depth: int, rlimit: int = BMC_RLIMIT,
     what the steps before it can reach. Two reductions keep the search small without
     losing a shortest counterexample: every step must change the state (a step that
     does not could be cut out), and interchangeable choices (dead page records, free
-    slots with the same outstanding work) take the lowest candidate.
+    slots with the same outstanding work) take the lowest candidate. `on_depth(k)` is
+    called as the search at depth k starts (a progress line: one depth can take minutes).
     """
     head = record_prefix(lay, prefix) if prefix else []
     state = start_state(lay, head) if head else lay.initial_state()
@@ -188,6 +191,8 @@ def bmc(lay: Layout, layer: str, depth: int, rlimit: int = BMC_RLIMIT,
     clock_bound = int(state.clock)
     with bitvectors(INT_BITS):
         for k in range(depth + 1):
+            if on_depth is not None:
+                on_depth(k)
             bad = z3.Bool(f"bad{k}")
             broken_now = Z3OPS.not_(Z3OPS.and_(*(i.predicate(Z3OPS, lay, state) for i in props)))
             err = steps[-1].guard_error if steps else z3.BoolVal(False)

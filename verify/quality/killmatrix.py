@@ -21,6 +21,7 @@ from kvpocket.verify.quality.seeded import (
     torch_available,
 )
 from kvpocket.verify.quality.zoo import ZOO, run_zoo_bug
+from kvpocket.verify.terminal import console as terminal_console
 from kvpocket.verify.traces.trace import write_atomic
 
 MAX_BUDGET_S = 3600.0  # --budget, per mutant
@@ -59,11 +60,10 @@ def run_mutants(only: str | None, budget_s: float, json_path: str | None,
     `zoo`: the bug zoo (`verify/quality/zoo.py: ZOO`) under the default campaign instead."""
     # rich (about 90 ms) is imported when the command runs: this module is imported by
     # `kvpocket --help` to build the parser, which prints no table.
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = terminal_console()
     names: list[str] = list(ZOO) if zoo else list(MUTANTS)
     if only is not None and only not in names:
         hint = "" if zoo or only not in ZOO else " (a zoo bug: add --zoo)"
