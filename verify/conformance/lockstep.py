@@ -44,6 +44,8 @@ from kvpocket.verify.conformance.adapter import (
     model_params,
     outcome_of,
 )
+from kvpocket.verify.conformance.speed import KIND as SPEED_KIND
+from kvpocket.verify.conformance.speed import check_speed_structures
 from kvpocket.verify.conformance.views import (
     counter_differences,
     occupied_slots,
@@ -214,6 +216,7 @@ class Lockstep:
             if model_out.kind == "ok" and self.oracle is not None:
                 self._after_success(action, params)
             self.check(n, action, params, pre_model)
+            self._check_speed_structures(n, action, params)
             bad_counters = counter_differences(
                 counters_before, self.impl.counters.total.as_dict(), self.impl.last_choices(),
                 occupied_before, occupied_slots(self.impl))
@@ -277,6 +280,13 @@ class Lockstep:
             raise Divergence(n, "the implementation's queries differ", [where, *bad_query])
         if self.oracle is not None:
             self._collect_data(n, where)
+
+    def _check_speed_structures(self, n: int, action: str, params: dict[str, Any]) -> None:
+        """Every structure kept for speed, on both sides, against its plain meaning
+        (`speed.py`)."""
+        bad = check_speed_structures(self.impl, self.model)
+        if bad:
+            raise Divergence(n, SPEED_KIND, [f"after {action}({_fmt(params)})", *bad])
 
     BAD_LIFE_CYCLES: tuple[object, ...] = (-1, True, 1.5, "0")
 

@@ -81,6 +81,7 @@ KIND_DETECTOR = {
     "the model rejects the implementation's choice": "divergence",
     "the model failed": "divergence",
     "the implementation crashed": "crash",
+    "a speed structure differs from its meaning": "invariant",
 }
 
 
