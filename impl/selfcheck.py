@@ -27,6 +27,7 @@ from kvpocket.model.config import (
     BAD_PAGE_INDEX,
     GPU_LEVEL,
     CommitState,
+    LifeCycle,
     PageStatus,
     SeqStatus,
     stale_range,
@@ -326,15 +327,25 @@ def radix_index(mgr: ManagerView) -> list[str]:
     return bad
 
 
+def _blocks(r: tuple[int, int]) -> range:
+    """The blocks of a stale range (every empty range is the same set)."""
+    return range(*r) if r[0] < r[1] else range(0)
+
+
+def _stale_sets(lcs: tuple[LifeCycle, ...], h: int, t: int) -> list[range]:
+    return [_blocks(stale_range(lc, h, t)) for lc in lcs]
+
+
 def stale_range_memo(mgr: ManagerView) -> list[str]:
-    """Each open handle's remembered stale ranges equal the window rule at its history."""
+    """Each open handle's remembered stale ranges equal the window rule at its history
+    (as sets of blocks)."""
     lcs, t = mgr.cfg.life_cycles, mgr.cfg.tokens_per_block
     bad: list[str] = []
     for sid, kv in mgr.seqs.items():
         if kv.status is SeqStatus.CLOSED:
             continue
         want = tuple(stale_range(lc, kv.history, t) for lc in lcs)
-        if kv.remembered_stale_ranges != want:
+        if [_blocks(r) for r in kv.remembered_stale_ranges] != _stale_sets(lcs, kv.history, t):
             bad.append(f"seq {sid}: remembers stale ranges {kv.remembered_stale_ranges} at "
                        f"history {kv.history}, the window rule says {want}")
     return bad
@@ -353,9 +364,9 @@ def next_change_bound(mgr: ManagerView) -> list[str]:
         if bound <= h:
             bad.append(f"seq {sid}: next window change {bound} is not above history {h}")
             continue
-        now = [stale_range(lc, h, t) for lc in lcs]
+        now = _stale_sets(lcs, h, t)
         moved = next((x for x in range(h + 1, min(bound, cfg.max_capacity + 1))
-                      if [stale_range(lc, x, t) for lc in lcs] != now), None)
+                      if _stale_sets(lcs, x, t) != now), None)
         if moved is not None:
             bad.append(f"seq {sid}: a stale range moves at history {moved}, below the next "
                        f"window change {bound} (history {h})")

@@ -52,3 +52,23 @@ def check_speed_structures(impl: KVCacheManager, model: Model) -> list[str]:
             lines = check(model)
         out += [f"model {name}: {line}" for line in lines]
     return out
+
+
+# ---- the speed structures' rare paths, with live entries (rare states of the gate) -------
+HEAP_COMPACTED = "eviction heap compacted with live entries"
+RARE_PATHS: tuple[str, ...] = (HEAP_COMPACTED,)
+
+_COMPACTIONS: WeakKeyDictionary[KVCacheManager, int] = WeakKeyDictionary()
+
+
+def rare_path_events(impl: KVCacheManager) -> list[str]:
+    """The speed structures' rare paths the last step ran with live entries (a bug on such
+    a path changes nothing when it runs with none): an eviction queue's heap rebuilt from
+    its live entries."""
+    queues = [q for level in impl.storage.queues for q in level]
+    total = sum(q.compactions for q in queues)
+    before = _COMPACTIONS.get(impl, 0)
+    _COMPACTIONS[impl] = total
+    if total > before and any(q.compacted_live for q in queues):
+        return [HEAP_COMPACTED]
+    return []
