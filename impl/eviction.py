@@ -3,7 +3,11 @@
 Order: priority ascending, then least recently scheduled. Each push takes a
 fresh sequence number; removal remembers it, so an undo re-inserts the page
 at exactly its old position. A lazy-deletion heap keeps push/remove O(log n)
-and O(1).
+and O(1); when the garbage outgrows the live entries (`COMPACT_FACTOR` times, plus
+`COMPACT_SLACK`) the heap is rebuilt from the live entries (`compactions` counts the
+rebuilds, `compacted_live` the live entries the last one kept: statistics for the
+verifier's rare-state gate, outside the undo log). `heap_items` exposes the heap so a
+check can recompute its meaning (`selfcheck.eviction_heap`).
 """
 
 from __future__ import annotations
@@ -19,13 +23,18 @@ _ticket = itertools.count()
 
 
 class EvictionQueue:
-    __slots__ = ("_heap", "entries", "group", "level")
+    __slots__ = ("_heap", "compacted_live", "compactions", "entries", "group", "level")
+
+    COMPACT_FACTOR = 4
+    COMPACT_SLACK = 64
 
     def __init__(self, level: int, group: int) -> None:
         self.level = level
         self.group = group
         self.entries: dict[int, tuple[int, int]] = {}  # page id -> (priority, ticket)
         self._heap: list[tuple[int, int, int]] = []
+        self.compactions = 0
+        self.compacted_live = 0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -49,9 +58,14 @@ class EvictionQueue:
 
     def _delete(self, pid: int) -> None:
         del self.entries[pid]
-        if len(self._heap) > 4 * len(self.entries) + 64:  # bound the lazy garbage
-            self._heap = [(p, t, i) for i, (p, t) in self.entries.items()]
-            heapq.heapify(self._heap)
+        if len(self._heap) > self.COMPACT_FACTOR * len(self.entries) + self.COMPACT_SLACK:
+            self._compact()  # bound the lazy garbage
+
+    def _compact(self) -> None:
+        self._heap = [(p, t, i) for i, (p, t) in self.entries.items()]
+        heapq.heapify(self._heap)
+        self.compactions += 1
+        self.compacted_live = len(self.entries)
 
     def first(self) -> int | None:
         """The next victim in queue order, or None."""
@@ -62,6 +76,11 @@ class EvictionQueue:
                 return pid
             heapq.heappop(h)  # stale entry
         return None
+
+    def heap_items(self) -> tuple[tuple[int, int, int], ...]:
+        """The heap as it is stored, (priority, ticket, page id) per item, garbage included
+        (read-only: a copy)."""
+        return tuple(self._heap)
 
     def ordered(self) -> list[int]:
         """Page ids in eviction order."""

@@ -181,6 +181,13 @@ class KVCache:
         changes no page (a lower bound of the next real change)."""
         return self._next_change
 
+    @property
+    def remembered_stale_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The stale range of each life cycle as the handle remembers it (speed: updated
+        only where a range may move, see `next_window_change`); it must equal
+        `stale_range(lc)` for every life cycle (`selfcheck.stale_range_memo`)."""
+        return tuple(self._stale)
+
     def block_table(self, lc: int) -> tuple[int, ...]:
         """The life cycle's page-index row over the sequence's `num_blocks` blocks: the
         GPU slot of each locked page, `BAD_PAGE_INDEX` (-1) for a stale, held or missing

@@ -43,6 +43,11 @@ class RadixTree:
         self.index: dict[tuple[int, tuple[int, ...]], int] = {}
         self._next = 1
 
+    @property
+    def next_id(self) -> int:
+        """The id the next node gets (every node's id is below it)."""
+        return self._next
+
     def find(self, parent: int, tokens: tuple[int, ...]) -> int | None:
         return self.index.get((parent, tokens))
 

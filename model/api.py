@@ -360,7 +360,8 @@ Blocks = dict[tuple[int, int], Term]  # a condition per (life cycle, ordinal)
 Visits = list[tuple[int, int]]  # (life cycle, ordinal) in the order a phase visits them
 
 
-def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, history: Term
+def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, history: Term,
+                   remember: bool = True
                    ) -> tuple[tuple[Blocks, Blocks, Blocks], tuple[Visits, Visits, Visits]]:
     """Which blocks of a resize leave the window, shrink away or grow (`resize`'s phases),
     and the blocks each phase visits, in its order: those leaving; those shrinking, last
@@ -370,11 +371,13 @@ def _resize_blocks(ex: Executor, old_cap: Term, capacity: Term, old_h: Term, his
     block. On plain values a block whose condition is False is skipped (its `ex.when`
     would not run); on Z3 terms nothing is skipped, so both readers take the same program.
     On plain values without overrides the answer is remembered per layout and lengths
-    (a resize per decoded token would otherwise re-derive it for every block)."""
+    (a resize per decoded token would otherwise re-derive it for every block);
+    `remember=False` derives it by the rule alone, over every block (what the speed check
+    `speedcheck.resize_memo` compares the remembered answers with)."""
     ops, lay = ex.ops, ex.lay
     memo: dict[tuple[Term, ...], tuple[tuple[Blocks, Blocks, Blocks],
                                        tuple[Visits, Visits, Visits]]] | None = None
-    if not ops.symbolic and not any_override():
+    if remember and not ops.symbolic and not any_override():
         memo = lay.memo.setdefault("resize_blocks", {})
         found = memo.get((old_cap, capacity, old_h, history))
         if found is not None:

@@ -89,6 +89,23 @@ class IncrementalChecker:
         self._affected: dict[frozenset[str], frozenset[str]] = {}
         self._refs = EntryRefs()  # which entries reference each page, kept up to date
 
+    # read-only views of what the checker remembers (`speedcheck.incremental_held`)
+    @property
+    def last(self) -> State | None:
+        """The state checked last."""
+        return self._last
+
+    @property
+    def held(self) -> frozenset[str]:
+        """The invariants the checker takes to hold in `last` (skipped while their fields
+        stay the same objects)."""
+        return frozenset(self._held)
+
+    @property
+    def refs(self) -> EntryRefs:
+        """Which block entries reference each page, for the `entry` array it follows."""
+        return self._refs
+
     def _scoped(self, scope: Scope | None) -> tuple[Invariant, ...]:
         found = self._in_scope.get(scope)
         if found is None:

@@ -104,3 +104,16 @@ def pages_with_key(lay: Layout, s: State, key: int) -> list[int]:
         index: PositionsByValue = lay.memo.setdefault("pages_by_key", PositionsByValue(NONE))
         return sorted(index.at(arr).get(key, ()))
     return [q for q in range(len(arr)) if arr[q] == key]
+
+
+def remembered(lay: Layout) -> list[tuple[Keys, dict[tuple[int, ...], int], int]]:
+    """Each `block_keys` tuple indexed for this layout, with its lineage's positions and
+    length (read-only: what `speedcheck.key_tables` recomputes)."""
+    tables: dict[int, tuple[Keys, _Lineage]] = lay.memo.get(_TABLES, {})
+    return [(keys, lineage.at, lineage.length) for keys, lineage in tables.values()]
+
+
+def key_index(lay: Layout) -> PositionsByValue | None:
+    """The index of pages by key that `pages_with_key` keeps for this layout, if any."""
+    found: PositionsByValue | None = lay.memo.get("pages_by_key")
+    return found

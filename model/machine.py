@@ -139,6 +139,11 @@ class Model:
         self.call("fail_copy", {})
 
     # ---- checking -------------------------------------------------------------------------
+    @property
+    def checker(self) -> IncrementalChecker:
+        """The incremental invariant checker (read it, e.g. `speedcheck`; do not drive it)."""
+        return self._checker
+
     def violations(self, scope: Scope = "api") -> list[Invariant]:
         return self._checker.violated(self.state, scope)
 

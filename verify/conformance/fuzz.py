@@ -24,18 +24,36 @@ from hypothesis.stateful import get_state_machine_test
 from kvpocket.model import overrides
 from kvpocket.model.config import KVConfig, PocketPolicy
 from kvpocket.verify import interrupts, patching
+from kvpocket.verify.conformance.guards import PREFIX as GUARD_PREFIX
+from kvpocket.verify.conformance.guards import can_fill_pocket, expected_guard_states
 from kvpocket.verify.conformance.lockstep import CHECKS, RARE_STATES
 from kvpocket.verify.conformance.profiles import PROFILES, hypothesis_settings, only_the_seed, seeded
 from kvpocket.verify.conformance.progress import CampaignProgress
 from kvpocket.verify.conformance.replay import OVERRIDES_KEY, replay
 from kvpocket.verify.conformance.shrink import minimize
+from kvpocket.verify.conformance.speed import HEAP_COMPACTED
 from kvpocket.verify.conformance.stateful import STATS, drawn_machine_for, machine_for
 from kvpocket.verify.traces.trace import OutputError, Trace, TraceStep, unused_path, write_atomic
 
 
 def expected_rare_states(cfg: KVConfig) -> list[str]:
-    """The rare states a campaign on this configuration must reach to not be vacuous."""
-    out = ["prefix reused", "injected failure rolled back", "shrunk by several blocks"]
+    """The rare states a campaign on this configuration must reach to not be vacuous: those
+    of `RARE_STATES` it can reach, then every guard combination it can have
+    (`guards.expected_guard_states`)."""
+    return [*_expected_classic(cfg), *expected_guard_states(cfg)]
+
+
+def rare_state_counts(rare: Counter[str], expected: list[str]) -> dict[str, int]:
+    """A report's rare-state table: every state of `RARE_STATES`, then the guard
+    combinations expected or reached, by name."""
+    guards = sorted({n for n in rare if n.startswith(GUARD_PREFIX)}
+                    | {n for n in expected if n.startswith(GUARD_PREFIX)})
+    return {name: rare.get(name, 0) for name in (*RARE_STATES, *guards)}
+
+
+def _expected_classic(cfg: KVConfig) -> list[str]:
+    out = ["prefix reused", "injected failure rolled back", "shrunk by several blocks",
+           HEAP_COMPACTED]
     if cfg.num_levels > 1:
         out += ["committed page dropped", "resumed from a lower level"]
         if cfg.num_sequences > 1:
@@ -53,9 +71,7 @@ def expected_rare_states(cfg: KVConfig) -> list[str]:
         return [name for name in RARE_STATES if name in out]
     out += ["parked", "popped", "pocket drained on suspend", "pocket drained on close",
             "OutOfPages with a non-empty pocket"]
-    # A full pocket meeting one more stale page needs GPU room for the parked pages, the
-    # newly stale one and the window, for every life cycle (wide-pocket has it).
-    if cfg.slots_per_level[0] >= cfg.num_life_cycles * (cfg.pocket.capacity + 2) + 2:
+    if can_fill_pocket(cfg):  # wide-pocket has the GPU room
         out += ["pocket full", "stale page released at pocket capacity"]
     if cfg.num_levels > 1 and cfg.pocket.policy != PocketPolicy.PIN:
         # An evicted parked page is dropped or migrated, as the configuration says; either
@@ -306,7 +322,8 @@ def _finish(report: CampaignReport, rare: Counter[str], spec: CampaignSpec, star
             ) -> None:
     report.seconds = time.monotonic() - start
     report.steps_per_second = report.steps / report.seconds if report.seconds else 0.0
-    report.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
+    report.rare_states = rare_state_counts(
+        rare, [] if spec.draw_policies else expected_rare_states(spec.cfg))
     report.coverage_gaps = [] if spec.draw_policies else [
         name for name in expected_rare_states(spec.cfg) if not rare.get(name)]
 
@@ -364,7 +381,7 @@ def merge(reports: list[CampaignReport], spec: CampaignSpec, seconds: float) -> 
             out.first_reached[name] = min(index, out.first_reached.get(name, index))
     out.seconds = seconds
     out.steps_per_second = out.steps / seconds if seconds else 0.0
-    out.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
+    out.rare_states = rare_state_counts(rare, expected_rare_states(spec.cfg))
     out.coverage_gaps = [n for n in expected_rare_states(spec.cfg) if not rare.get(n)]
     return out
 

@@ -45,6 +45,9 @@ from kvpocket.verify.conformance.adapter import (
     model_params,
     outcome_of,
 )
+from kvpocket.verify.conformance.guards import guard_label
+from kvpocket.verify.conformance.speed import KIND as SPEED_KIND
+from kvpocket.verify.conformance.speed import RARE_PATHS, check_speed_structures, rare_path_events
 from kvpocket.verify.conformance.views import (
     counter_differences,
     mirror_differences,
@@ -236,6 +239,7 @@ class Lockstep:
             if model_out.kind == "ok" and self.oracle is not None:
                 self._after_success(action, params)
             self.check(n, action, params, pre_model)
+            self._check_speed_structures(n, action, params)
             bad_counters = counter_differences(
                 counters_before, self.impl.counters.total.as_dict(), self.impl.last_choices(),
                 occupied_before, occupied_slots(self.impl))
@@ -305,6 +309,13 @@ class Lockstep:
             raise Divergence(n, MIRROR, [where, *bad_mirror])
         if self.oracle is not None:
             self._collect_data(n, where)
+
+    def _check_speed_structures(self, n: int, action: str, params: dict[str, Any]) -> None:
+        """Every structure kept for speed, on both sides, against its plain meaning
+        (`speed.py`)."""
+        bad = check_speed_structures(self.impl, self.model)
+        if bad:
+            raise Divergence(n, SPEED_KIND, [f"after {action}({_fmt(params)})", *bad])
 
     BAD_LIFE_CYCLES: tuple[object, ...] = (-1, True, 1.5, "0")
 
@@ -488,7 +499,15 @@ class Lockstep:
         if any(self._pocket_size(q, c) == lay.pocket_cap
                for q in range(lay.seqs) for c in range(lay.lcs)):
             ev.append("pocket full")
+        ev += self._coverage_events(action, params, pre)
         return ev
+
+    def _coverage_events(self, action: str, params: dict[str, Any], pre: State) -> list[str]:
+        """The speed structures' rare paths run with live entries (`speed.py`), and the
+        guard combination the action was tried from (`guards.py`)."""
+        ev = rare_path_events(self.impl)
+        guard = guard_label(action, self.model.layout, pre, params.get("seq"))
+        return [*ev, guard] if guard is not None else ev
 
     def _holds_stale(self, seq: int) -> bool:
         """An ACTIVE sequence with an entry it holds but does not lock: a block out of the
@@ -517,7 +536,7 @@ RARE_STATES: tuple[str, ...] = (
     "several blocks left the window at once", "stale page released at pocket capacity",
     "stale block held for committing", "resumed with blocks held for committing",
     "shrunk by several blocks", "resumed from a lower level into a full GPU",
-    "committed onto a node whose pages were dropped",
+    "committed onto a node whose pages were dropped", *RARE_PATHS,
 )
 
 

@@ -44,10 +44,11 @@ from kvpocket.verify.conformance.fuzz import (
     add_checks,
     expected_rare_states,
     init_worker,
+    rare_state_counts,
     run_worker,
     worker_entry,
 )
-from kvpocket.verify.conformance.lockstep import RARE_STATES
+from kvpocket.verify.conformance.guards import expected_drawn_guard_states
 from kvpocket.verify.conformance.progress import MatrixProgress
 from kvpocket.verify.presets import PRESETS
 from kvpocket.verify.traces.trace import write_atomic
@@ -80,8 +81,13 @@ class Cell:
         return base.with_pocket(True, PocketPolicy.parse(self.policy))
 
     def expected(self) -> list[str]:
-        """The rare states the cell must reach (a drawn cell: none is certain)."""
-        return [] if self.drawn else expected_rare_states(self.config())
+        """The rare states the cell must reach (a drawn cell: none of `RARE_STATES` is
+        certain; the guard combinations of several sliding windows are, see
+        `guards.expected_drawn_guard_states`)."""
+        if self.drawn:
+            return expected_drawn_guard_states(
+                PocketPolicy.REVALIDATE if self.policy == OFF else PocketPolicy.parse(self.policy))
+        return expected_rare_states(self.config())
 
 
 DEFAULT_MATRIX: tuple[Cell, ...] = (
@@ -345,9 +351,9 @@ def run_matrix(seed: int = 0, budget_s: float = 60.0, workers: int = 1,
             runner.close()
     report.seconds = time.monotonic() - start
     report.failures.sort(key=lambda f: f.examples)  # the first in planned order first
-    report.rare_states = {name: rare.get(name, 0) for name in RARE_STATES}
     wanted = {n for s in report.cells.values() for n in s.expected}
-    report.unreached = [n for n in RARE_STATES if n in wanted and not rare.get(n)]
+    report.rare_states = rare_state_counts(rare, sorted(wanted))
+    report.unreached = [n for n in report.rare_states if n in wanted and not rare.get(n)]
     report.ran_short = (timed and not report.failures and not report.interrupted
                         and report.examples < report.intended_examples)
     return report

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from kvpocket.model.config import GPU_LEVEL, NONE, CommitState, KVConfig, PocketPolicy, SeqStatus
+from kvpocket.verify.conformance import guards
 from kvpocket.verify.conformance.configs import kv_configs
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.traces.alphabet import alphabet
@@ -415,6 +416,142 @@ class LockstepMachine(RuleBasedStateMachine):
                                   "history": 0})
             self._step("suspend", {"seq": other})
         self._step("resume", {"seq": seq})
+
+    # ---- the speed structures' rare paths, with live entries ---------------------------
+    CHURN_CYCLES = 40  # enough for a heap of a few live entries to outgrow its bound
+
+    @rule(data=st.data(), mode=st.sampled_from(("churn", "pass", "pass")))
+    def churn_queue(self, data: st.DataObject, mode: str) -> None:
+        """An eviction queue's heap rebuilt while entries are live (its lazy garbage
+        outgrows the bound): another sequence's committed blocks, closed, stay queued
+        (DROPPABLE, live), and one sequence's pages leave and re-enter the GPU queue over
+        and over: suspend and resume (HELD pages are evictable above the last level), or
+        on one level create with that prefix and close. One rule that acts in a third of
+        its draws (the churn is long)."""
+        if mode == "pass":
+            return
+        cfg = self.cfg
+        t = cfg.tokens_per_block
+        seq = data.draw(self.seqs(), label="seq")
+        other = (seq + 1) % cfg.num_sequences
+        per_group = Counter(lc.pool_group for lc in cfg.life_cycles)
+        k = max(1, min(3, min(cfg.slots_per_level[GPU_LEVEL] // n for n in per_group.values())
+                       - 1))
+        self._restart(other, [])
+        self._step("resize", {"seq": other, "capacity": min(k * t, cfg.max_capacity),
+                              "history": 0})
+        self._step("commit", {"seq": other, "n": min(k * t, cfg.max_capacity)})
+        prompt = list(self._state().tokens[other])
+        self._step("close", {"seq": other})
+        queues = [q for level in self.ls.impl.storage.queues for q in level]
+        before = sum(q.compactions for q in queues)
+        if cfg.num_levels > 1:
+            self._restart(seq, [])
+            self._step("resize", {"seq": seq, "capacity": min(k * t, cfg.max_capacity),
+                                  "history": 0})
+        for _ in range(self.CHURN_CYCLES):
+            if sum(q.compactions for q in queues) > before:
+                break
+            if cfg.num_levels > 1:
+                self._step("suspend", {"seq": seq})
+                self._step("resume", {"seq": seq})
+            else:
+                if self._state().seq_status[seq] in (SeqStatus.ACTIVE, SeqStatus.SUSPENDED):
+                    self._step("close", {"seq": seq})
+                self._step("create", {"seq": seq, "prompt": prompt})
+
+    # ---- every guarded action from every guarding state (`guards.py`) ------------------
+    @rule(data=st.data(), mode=st.sampled_from(("sweep", "pass")))
+    def guard_sweep(self, data: st.DataObject, mode: str) -> None:
+        """Every guarded API action tried from each guarding state this configuration can
+        have (`guards.allowed_states`), states and actions in a drawn order: drive a
+        sequence into the state, then try the actions one by one, driving it back (once)
+        when an action moved it. Acts in half of its draws (a sweep is long)."""
+        if mode == "pass":
+            return
+        targets = data.draw(st.permutations(guards.allowed_states(self.cfg)), label="states")
+        actions = data.draw(st.permutations(guards.ACTIONS), label="actions")
+        # A FREE sequence is met only before its first create: first, with create last.
+        targets.sort(key=lambda g: g[0] != "FREE")
+        for goal in targets:
+            seq = self._seq_for(goal, data)
+            if seq is None:
+                continue
+            drives = 0
+            for action in (sorted(actions, key=lambda a: a == "create") if goal[0] == "FREE"
+                           else actions):
+                if self._guard_state(seq) != goal:
+                    if drives == 2 or not self._drive(seq, goal):
+                        break
+                    drives += 1
+                self._try_guarded(action, seq)
+
+    def _guard_state(self, seq: int) -> guards.State4:
+        return guards.seq_state(self.ls.model.layout, self._state(), seq)
+
+    def _seq_for(self, target: guards.State4, data: st.DataObject) -> int | None:
+        """The sequence to drive: for FREE one never created (none left: None)."""
+        if target[0] == "FREE":
+            free = [q for q in range(self.cfg.num_sequences)
+                    if self._state().seq_status[q] == SeqStatus.FREE]
+            return free[0] if free else None
+        return data.draw(self.seqs(), label="seq")
+
+    def _drive(self, seq: int, target: guards.State4) -> bool:
+        """Drive `seq` into `target` (status, commit state, pocket, parked); True when it
+        got there."""
+        status, commit, pocket, parked = target
+        cfg, t = self.cfg, self.cfg.tokens_per_block
+        if status == "FREE":
+            return self._guard_state(seq) == target
+        if status == "CLOSED":
+            if self._state().seq_status[seq] == SeqStatus.FREE:
+                self._step("create", {"seq": seq, "prompt": []})
+            self._step("close", {"seq": seq})
+            return self._guard_state(seq) == target
+        self._restart(seq, [])
+        if commit == guards.STOPPED:
+            self._step("stop_committing", {"seq": seq})
+        if pocket != guards.EMPTY:
+            for _ in range(4 * t + 8):  # decode until a page is parked
+                if self._pocket_of(seq) or self._state().seq_status[seq] != SeqStatus.ACTIVE:
+                    break
+                self._decode(seq)
+            if pocket == guards.FULL:  # grow, then several blocks leave at once: it fills
+                for blocks in range(cfg.pocket.capacity + 1, 0, -1):  # as the GPU has room
+                    s = self._state()
+                    cap = min(s.capacity[seq] + blocks * t, cfg.max_capacity)
+                    self._step("resize", {"seq": seq, "capacity": cap,
+                                          "history": s.history[seq]})
+                    if self._state().capacity[seq] == cap:
+                        self._step("resize", {"seq": seq, "capacity": cap, "history": min(
+                            s.history[seq] + blocks * t, cap)})
+                        break
+            if parked == guards.WITHOUT_SLOT:
+                for extra in range(1, 4):  # GPU pressure until a parked page is moved
+                    if self._guard_state(seq)[3] != guards.WITH_SLOT:
+                        break
+                    for pg in range(cfg.num_pool_groups):
+                        self._step("pressure", {"level": 0, "pool_group": pg, "slots": min(
+                            self._free_gpu(pg) + extra, cfg.slots_per_level[0])})
+        if status == "SUSPENDED":
+            self._step("suspend", {"seq": seq})
+        return self._guard_state(seq) == target
+
+    def _try_guarded(self, action: str, seq: int) -> None:
+        """One guarded action on `seq`, with ordinary parameters (a decode step, a block's
+        worth of tokens, an empty prompt)."""
+        if action == "resize":
+            self._decode(seq)
+        elif action == "commit":
+            s = self._state()
+            room = s.capacity[seq] - s.committed_tokens[seq]
+            self._step("commit", {"seq": seq, "n": min(self.cfg.tokens_per_block, room)
+                                  if room > 0 else 1})
+        elif action == "create":
+            self._step("create", {"seq": seq, "prompt": []})
+        else:
+            self._step(action, {"seq": seq})
 
     @rule(data=st.data(), prompt=st.lists(st.integers(0, 1), max_size=6))
     def create(self, data: st.DataObject, prompt: list[int]) -> None:

@@ -232,6 +232,18 @@ BUGS: dict[str, SeededBug] = {b.name: b for b in (
         STORAGE + "bring_to_gpu",
         "need[p.group] += 1",
         "need[0] += 1")),
+    # ---- a speed structure's rare path, and a guard combination (issue 31) ---------------
+    _bug("heap-compaction-drops-tickets", edit(  # the rebuilt heap keys pages by priority only
+        "kvpocket.impl.eviction:EvictionQueue._compact",
+        "self._heap = [(p, t, i) for i, (p, t) in self.entries.items()]",
+        "self._heap = [(p, 0, i) for i, (p, t) in self.entries.items()]")),
+    _bug("restop-full-pocket-forgets-slotless", edit(  # a full pocket's slotless page unlisted
+        KVCACHE + "stop_committing",
+        "        if self.commit_state is CommitState.USER_STOP:\n",
+        "        if self.commit_state is CommitState.USER_STOP:\n"
+        "            for pocket in self.pocket:\n"
+        "                if len(pocket) >= self._cfg.pocket.capacity and not pocket[0].has_slot:\n"
+        "                    pocket.popleft()\n")),
 )}
 
 

@@ -17,6 +17,12 @@ pages were all dropped, and a load-back into a full GPU with two pool groups, no
 rule `node_or_load_back` of `stateful.py` and two rare states every cell that can reach
 them must reach.
 
+The third group (issue 31) needs a path the campaigns reached too rarely or never: a
+speed structure's rare path run with live entries (an eviction heap rebuilt while pages
+are queued: the rule `churn_queue` and the check `selfcheck.eviction_heap`), and one
+guard combination no run of 1,000 examples reached (the rule `guard_sweep`, and the
+guard-combination family of rare states, `verify/conformance/guards.py`).
+
 `tests/quality/test_reach.py` requires the default campaign, with its example budget,
 to kill each one within half of `matrix.DEFAULT_EXAMPLES`.
 """
@@ -59,4 +65,14 @@ REACH_BUGS: dict[str, ReachBug] = {b.name: b for b in (
              "can be pruned under the sequence that refers to it"),
     ReachBug("load-back-one-pool-group", "a load-back into a full GPU with two pool groups",
              "resume makes room for every page it brings back in pool group 0"),
+    ReachBug("heap-compaction-drops-tickets", "an eviction heap compacted while entries are "
+             "live, and its heap checked against its entries",
+             "the eviction queue's heap, rebuilt when its lazy garbage outgrows the bound, "
+             "keys each page by priority only: every live entry then looks stale, so the "
+             "queue seems empty to the victim policy"),
+    ReachBug("restop-full-pocket-forgets-slotless", "stop_committing tried on an ACTIVE "
+             "sequence that stopped already, its pocket full, a parked page without its "
+             "slot (guard combination)",
+             "a repeated stop_committing 'makes room' in a full pocket by unlisting a parked "
+             "page that lost its slot, which keeps its hold: the page leaks"),
 )}

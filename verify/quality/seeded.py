@@ -86,6 +86,7 @@ KIND_DETECTOR = {
     "the implementation crashed": "crash",
     RACE: "race detector",
     MIRROR: "device mirror",
+    "a speed structure differs from its meaning": "invariant",
 }
 
 
