@@ -7,6 +7,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from kvpocket.verify.conformance.lockstep import CHECKS
 from kvpocket.verify.terminal import Progress, console
 
 
@@ -94,14 +95,18 @@ def _plan_ran(report: Any) -> str:
 
 
 def checks_line(report: Any) -> str:
-    """What a campaign checked: the checks every example makes, and those made in a share
-    of the examples with that share (a report's `checks`: check -> examples checked)."""
-    every = "lockstep against the model (outcomes, abstract state, views, counters), every " \
-        "invariant on both sides, the data oracle"
-    shares = getattr(report, "checks", None) or {}
-    parts = [f"{name} in {n:,} of {report.examples:,} examples" if n < report.examples
-             else f"{name} in every example" for name, n in shares.items()]
-    return f"checked in every example: {every}" + (f"; also {', '.join(parts)}" if parts else "")
+    """What a campaign checked: what every example checks, then each check of
+    `lockstep.CHECKS` with the examples that ran it (a report's `checks`), "off" where none
+    did, so a check switched off never passes unseen."""
+    every = ("the model (outcomes, abstract state, counters), every invariant on both sides, "
+             "every speed structure against its meaning")
+    ran = getattr(report, "checks", None) or {}
+    parts = []
+    for name in (*CHECKS, *(n for n in ran if n not in CHECKS)):
+        n = ran.get(name, 0)
+        parts.append(f"{name} off" if not n else f"{name} in every example"
+                     if n >= report.examples else f"{name} in {n:,} of {report.examples:,} examples")
+    return f"checked: {every} in every example; " + ", ".join(parts)
 
 
 def print_matrix(report: Any, verbose: bool = False) -> None:
