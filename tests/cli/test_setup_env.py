@@ -109,6 +109,9 @@ def test_a_bad_switch_is_one_line_exit_2(copy: Path) -> None:
 
 
 def test_main_sh_prints_a_line_per_step(copy: Path) -> None:
+    # fuzz and prove write their --json report (main.sh combines them with `verdict`)
+    _stub(copy / ".venv" / "bin" / "kvpocket",
+          'while [ "$#" -gt 0 ]; do [ "$1" = --json ] && echo "{}" > "$2"; shift; done; exit 0')
     done, log = _run(copy, "main.sh", gpu=False, KVPOCKET_EXAMPLES="10")
     assert done.returncode == 0, done.stderr
     steps = [x for x in done.stdout.splitlines() if x.startswith("== ")]
