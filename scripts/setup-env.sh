@@ -35,7 +35,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 find_links=()
 [ -d /opt/wheels ] && find_links=(--find-links /opt/wheels)
-pip=(.venv/bin/python -m pip install -q --disable-pip-version-check "${find_links[@]}")
+pip=(.venv/bin/python -m pip install --progress-bar off --disable-pip-version-check
+     "${find_links[@]}")
+pip_install() {  # pip's lines for what it fetches and installs (a long step shows it is alive)
+  "${pip[@]}" "$@" 2>&1 \
+    | { grep --line-buffered -E '^(Collecting|Downloading|Installing collected|Successfully installed|ERROR|error)' || true; } \
+    | while IFS= read -r line; do echo "setup-env:   $line"; done
+  return "${PIPESTATUS[0]}"
+}
 stamp=.venv/.kvpocket-deps
 want="$(sha256sum pyproject.toml | cut -c1-16) $extras"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
@@ -44,9 +51,9 @@ else
   SECONDS=0
   torch="${KVPOCKET_TORCH_SPEC:-torch==2.13.0}"
   say "installing $torch, the CPU build (the attention oracle; a few hundred MB, minutes the first time)"
-  "${pip[@]}" "$torch" || { say "$torch not found; installing the newest torch instead"; "${pip[@]}" torch; }
+  pip_install "$torch" || { say "$torch not found; installing the newest torch instead"; pip_install torch; }
   say "installing kvpocket in editable mode with extras [$extras] ($why_cuda)"
-  "${pip[@]}" -e ".[$extras]"
+  pip_install -e ".[$extras]"
   echo "$want" > "$stamp"
   say "installed in ${SECONDS} s"
 fi

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ("bash", "sha256sum", "cut", "cat", "dirname", "mkdir", "stat", "nproc", "awk")
+TOOLS = ("bash", "sha256sum", "cut", "cat", "dirname", "mkdir", "stat", "nproc", "awk", "grep")
 
 
 def _stub(path: Path, body: str) -> None:
@@ -106,6 +106,22 @@ def test_a_bad_switch_is_one_line_exit_2(copy: Path) -> None:
     assert done.stderr.strip().splitlines() == [
         "scripts/setup-env.sh: error: KVPOCKET_CUDA: expected 0 or 1 (unset: install CuPy "
         "when nvidia-smi works), got 'yes'"]
+
+
+def test_pips_own_lines_show_what_it_fetches_and_a_failure_stops_setup(copy: Path) -> None:
+    python = copy / ".venv" / "bin" / "python"
+    _stub(python, 'printf "Collecting numpy\\nRequirement already satisfied: rich\\n'
+                  'Successfully installed numpy-2\\n"; exit 0')
+    done, _ = _run(copy, "setup-env.sh", gpu=False)
+    assert done.returncode == 0, done.stderr
+    assert "setup-env:   Collecting numpy" in done.stdout
+    assert "setup-env:   Successfully installed numpy-2" in done.stdout
+    assert "Requirement already satisfied" not in done.stdout
+    _stub(python, 'echo "ERROR: No matching distribution"; exit 1')
+    (copy / ".venv" / ".kvpocket-deps").unlink()
+    done, _ = _run(copy, "setup-env.sh", gpu=False)
+    assert done.returncode != 0 and "ERROR: No matching distribution" in done.stdout
+    assert not (copy / ".venv" / ".kvpocket-deps").exists()  # not stamped: tried again next time
 
 
 def test_main_sh_prints_a_line_per_step(copy: Path) -> None:

@@ -62,6 +62,7 @@ from kvpocket.verify.bench.report import print_result
 from kvpocket.verify.bench.verifier import bench_bmc_unsafe, bench_fuzz, bench_mutants, bench_prove
 from kvpocket.verify.exits import EXIT_INTERRUPTED
 from kvpocket.verify.interrupts import stop_if_interrupted
+from kvpocket.verify.terminal import Progress
 from kvpocket.verify.traces.trace import write_atomic
 from kvpocket.verify.usage import CliError, check_outputs
 
@@ -75,7 +76,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_path", default=None, metavar="FILE",
                         help="write every number, with its configuration, to FILE")
     parser.add_argument("--plots", default=None, metavar="DIR",
-                        help="write PNG plots (matplotlib, Agg) to DIR")
+                        help="write PNG plots to DIR (needs matplotlib: pip install "
+                        "'kvpocket[plots]')")
     parser.add_argument("--out", dest="bench_out", default=None, metavar="DIR",
                         help="scratch directory for verifier runs (default: a temporary one)")
     parser.add_argument("--list", dest="list_suites", action="store_true",
@@ -208,10 +210,9 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"kvpocket bench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    def log(msg: str) -> None:
-        print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
     with contextlib.ExitStack() as stack:
+        # each job's line as it starts, through the one progress component
+        log = stack.enter_context(Progress("bench", live=False, final_line=False)).note
         out_dir = args.bench_out or stack.enter_context(
             tempfile.TemporaryDirectory(prefix="kvpocket-bench-"))
         Path(out_dir).mkdir(parents=True, exist_ok=True)

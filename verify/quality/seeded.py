@@ -310,8 +310,9 @@ def default_campaign(budget_s: float, seed: int = 0, workers: int = 1,
 
     out = out_dir or tempfile.mkdtemp(prefix="kvpocket-mutants-")
     t0 = time.monotonic()
+    # its progress on stderr: a surviving mutant runs the whole budget, minutes
     report = run_matrix(seed=seed, budget_s=budget_s, workers=workers, out_dir=out,
-                        total_examples=examples)
+                        total_examples=examples, show_progress=True)
     if report.interrupted:  # Ctrl-C: no verdict on this mutant (`verify/interrupts.py`)
         raise KeyboardInterrupt
     stop_if_interrupted()  # also when a library swallowed it

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from kvpocket.verify.targets.base import SCHEDULER_STEP, CheckFailure, Target, TargetConfig
 from kvpocket.verify.targets.registry import load_target
 from kvpocket.verify.targets.workload import Op, ops_strategy
+from kvpocket.verify.terminal import Progress
 from kvpocket.verify.traces.trace import unused_path, write_atomic
 from kvpocket.verify.usage import strict_loads
 
@@ -108,15 +109,20 @@ def _raised_where(exc: BaseException) -> str:
 
 
 def run_campaign(target: Target, cfg: TargetConfig, *, examples: int, steps: int = DEFAULT_STEPS,
-                 campaign_seed: int = 0, out_dir: str | None = None) -> TargetReport:
-    """`examples` examples of up to `steps` ops; stops at the first failure (shrunk)."""
+                 campaign_seed: int = 0, out_dir: str | None = None,
+                 show_progress: bool = False) -> TargetReport:
+    """`examples` examples of up to `steps` ops; stops at the first failure (shrunk).
+    `show_progress`: examples and ops on stderr as it runs (`verify/terminal.py`)."""
     report = TargetReport(target.name, target.version(), cfg.name, campaign_seed)
     last: dict[str, Any] = {}
     target.build(cfg)  # imports the engine once, outside the measured time
     start = time.monotonic()
+    line = Progress(f"fuzz --target {target.name} {cfg.name}", show_progress)
 
     def tick() -> None:
         report.steps += 1
+        line.update(f"failures {1 if last else 0}  examples {report.examples}  "
+                    f"ops {report.steps}")
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
               suppress_health_check=list(HealthCheck),
@@ -134,7 +140,8 @@ def run_campaign(target: Target, cfg: TargetConfig, *, examples: int, steps: int
             report.coverage[k] = report.coverage.get(k, 0) + v
 
     try:
-        example()
+        with line:
+            example()
     except CheckFailure:
         exc, ops = last["failure"]
         report.failure = TargetFailure(exc.check, str(exc), ops)

@@ -92,7 +92,7 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
     use_hypothesis_home(args.out)
     report = run_campaign(target, presets[name], examples=args.examples or DEFAULT_EXAMPLES,
                           steps=args.steps or DEFAULT_STEPS, campaign_seed=args.seed,
-                          out_dir=args.out)
+                          out_dir=args.out, show_progress=not args.no_progress)
     print_report(report)
     if args.json:
         write_atomic(Path(args.json), json.dumps(report.to_json(), indent=1) + "\n")
