@@ -16,16 +16,17 @@ from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX, run_matrix
 from kvpocket.verify.conformance.replay import replay
 from kvpocket.verify.presets import PRESETS
 from kvpocket.verify.quality.patches import switched_on
-from kvpocket.verify.quality.seeded import MUTANTS
+from kvpocket.verify.quality.seeded import CAMPAIGN_DETECTORS, MUTANTS, detector_of
 from kvpocket.verify.traces.trace import read_trace
 
 
-@pytest.mark.parametrize(("bug", "kind", "header"), [
-    ("offload-parked-step-fence", RACE, "race_check"),
-    ("resume-index-not-dirty", MIRROR, "device_mirror"),
+@pytest.mark.parametrize(("bug", "kind", "header", "detector"), [
+    ("offload-parked-step-fence", RACE, "race_check", "race detector"),
+    ("resume-index-not-dirty", MIRROR, "device_mirror", "device mirror"),
 ])
 def test_a_finding_is_a_divergence_that_replays_with_the_check_on(
-        bug: str, kind: str, header: str, tmp_path: Path) -> None:
+        bug: str, kind: str, header: str, detector: str, tmp_path: Path) -> None:
+    assert detector_of(kind) == detector and detector in CAMPAIGN_DETECTORS  # a kill column
     m = MUTANTS[bug]
     with switched_on(bug):
         report = run_worker(CampaignSpec(m.preset, m.config(), examples=40, seed=1,

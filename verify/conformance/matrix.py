@@ -12,7 +12,7 @@ Two cells draw their configuration per example (`configs.kv_configs`: several sl
 windows, sinks, full attention first or last, split pools, one to three levels), so a
 shape no preset has is explored too; and one example in `EVENT_LOG_EVERY` of every
 cell also checks the implementation's event log line by line with `trace check`'s
-checker.
+checker; every example runs the simulator's race detector and device-mirror mode.
 
 Every slice draws its examples from (seed, cell, round) alone, and a round's slices are
 planned from the rounds before it only (steering: a cell that has not reached every rare
@@ -218,8 +218,7 @@ def matrix_cells(policy: str | None = None, cells: tuple[Cell, ...] = DEFAULT_MA
 
 def _slice_spec(cell: Cell, rnd: int, part: int, seed: int, examples: int, out_dir: str,
                 profile: str, steps: int | None, backend: str, database: str | None,
-                event_log_every: int, race_check: bool = True, device_mirror: bool = True
-                ) -> CampaignSpec:
+                event_log_every: int, race_check: bool, device_mirror: bool) -> CampaignSpec:
     draw = () if not cell.drawn else (
         (PocketPolicy.REVALIDATE,) if cell.policy == OFF else (PocketPolicy.parse(cell.policy),))
     return CampaignSpec(cell.config_name, cell.config(), profile=profile, examples=examples,
