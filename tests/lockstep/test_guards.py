@@ -4,6 +4,8 @@ that table (the filter never drops a combination the model allows)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kvpocket.model.config import PocketPolicy
@@ -40,7 +42,8 @@ def test_the_table_follows_the_model_and_the_configuration() -> None:
 def test_the_label_names_the_pre_state() -> None:
     cfg = CONFIGS["wide-pocket"]
     ls = Lockstep(cfg)
-    steps = [("create", {"seq": 0, "prompt": []}), ("resume", {"seq": 0}),
+    steps: list[tuple[str, dict[str, Any]]] = [
+             ("create", {"seq": 0, "prompt": []}), ("resume", {"seq": 0}),
              ("stop_committing", {"seq": 0}),
              *(("resize", {"seq": 0, "capacity": h + 1, "history": h}) for h in range(4)),
              ("resize", {"seq": 0, "capacity": 10, "history": 3}),

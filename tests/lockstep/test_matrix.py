@@ -57,7 +57,8 @@ def test_unmodified_code_is_clean_and_every_reachable_rare_state_is_reached(
     state some cell can reach (the cascade's nested rollback included)."""
     report = run_matrix(examples_per_cell=40, out_dir=str(tmp_path))
     assert report.failures == [], report.failures[0].message if report.failures else ""
-    assert report.unreached == []
+    # the guard combinations are the default plan's to reach (tests/quality/test_guard_coverage.py)
+    assert [n for n in report.unreached if not n.startswith(GUARD_PREFIX)] == []
     assert set(RARE_STATES) <= set(report.rare_states)
     assert all(n.startswith(GUARD_PREFIX) for n in set(report.rare_states) - set(RARE_STATES))
     for name in ("nested make-room rolled back", "stale page released at pocket capacity",
