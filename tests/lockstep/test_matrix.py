@@ -12,6 +12,7 @@ import pytest
 from kvpocket.model.config import PocketPolicy
 from kvpocket.verify.cli.commands import main
 from kvpocket.verify.conformance.fuzz import CampaignSpec, CampaignUsageError, run_worker
+from kvpocket.verify.conformance.guards import PREFIX as GUARD_PREFIX
 from kvpocket.verify.conformance.lockstep import RACE, RARE_STATES
 from kvpocket.verify.conformance.matrix import DEFAULT_MATRIX, OFF, matrix_cells, run_matrix, slice_seed
 from kvpocket.verify.conformance.replay import replay
@@ -56,8 +57,10 @@ def test_unmodified_code_is_clean_and_every_reachable_rare_state_is_reached(
     state some cell can reach (the cascade's nested rollback included)."""
     report = run_matrix(examples_per_cell=40, out_dir=str(tmp_path))
     assert report.failures == [], report.failures[0].message if report.failures else ""
-    assert report.unreached == []
-    assert set(report.rare_states) == set(RARE_STATES)
+    # the guard combinations are the default plan's to reach (tests/quality/test_guard_coverage.py)
+    assert [n for n in report.unreached if not n.startswith(GUARD_PREFIX)] == []
+    assert set(RARE_STATES) <= set(report.rare_states)
+    assert all(n.startswith(GUARD_PREFIX) for n in set(report.rare_states) - set(RARE_STATES))
     for name in ("nested make-room rolled back", "stale page released at pocket capacity",
                  "several blocks left the window at once", "parked page migrated"):
         assert report.rare_states[name] > 0, name

@@ -22,7 +22,7 @@ from kvpocket.verify.conformance.replay import replay
 from kvpocket.verify.conformance.views import counter_differences
 from kvpocket.verify.presets import PRESETS
 from kvpocket.verify.quality.reach import REACH_BUGS
-from kvpocket.verify.quality.seeded import default_campaign
+from kvpocket.verify.quality.seeded import CONFIGS, default_campaign
 from kvpocket.verify.traces.trace import Trace, read_trace
 
 Steps = list[tuple[str, dict[str, Any]]]
@@ -82,6 +82,23 @@ SCENARIOS: dict[str, tuple[KVConfig, Steps]] = {
         ("create", {"seq": 1, "prompt": []}), ("resume", {"seq": 1}),
         ("resize", {"seq": 1, "capacity": 8, "history": 0}), ("suspend", {"seq": 1}),
         ("resume", {"seq": 0})]),
+    # sequence 1's committed block stays queued (live); sequence 0's page leaves and
+    # re-enters the GPU queue until the heap's garbage outgrows its bound (68 rounds)
+    "heap-compaction-drops-tickets": (PRESETS["tiny"].config, [
+        ("create", {"seq": 1, "prompt": []}), ("resume", {"seq": 1}),
+        ("resize", {"seq": 1, "capacity": 2, "history": 0}), ("commit", {"seq": 1, "n": 2}),
+        ("close", {"seq": 1}),
+        ("create", {"seq": 0, "prompt": []}), ("resume", {"seq": 0}),
+        ("resize", {"seq": 0, "capacity": 2, "history": 0}),
+        *(step for _ in range(70) for step in (("suspend", {"seq": 0}),
+                                               ("resume", {"seq": 0})))]),
+    # the pocket fills (two blocks leave at once), GPU pressure drops its oldest page,
+    # then stop_committing again on the stopped sequence
+    "restop-full-pocket-forgets-slotless": (CONFIGS["wide-pocket"], [
+        *OPEN, *_decode(0, 4), ("resize", {"seq": 0, "capacity": 10, "history": 3}),
+        ("resize", {"seq": 0, "capacity": 10, "history": 9}),
+        ("pressure", {"level": 0, "pool_group": 0, "slots": 7}),
+        ("stop_committing", {"seq": 0})]),
 }
 
 
@@ -140,6 +157,18 @@ def test_the_default_campaign_kills_it_within_half_its_budget(name: str,
         assert not replay(trace).ok, "the reproducer reproduces (with the bug applied)"
     assert trace.extra[patching.TRACE_KEY] == [name], "the reproducer names the bug"
     assert replay(without_bugs(trace)).ok, "and passes without it"
+
+
+def test_each_new_bug_needs_its_rare_path_or_guard_combination() -> None:
+    """The heap bug changes nothing while the heap never compacts with live entries (fewer
+    rounds), and the guard bug nothing unless the pocket is full (no second stale block)."""
+    cfg, steps = SCENARIOS["heap-compaction-drops-tickets"]
+    with REACH_BUGS["heap-compaction-drops-tickets"].apply():
+        assert _run(cfg, steps[:8 + 2 * 60], check_event_log=False) is None
+    cfg, steps = SCENARIOS["restop-full-pocket-forgets-slotless"]
+    partly = [x for x in steps if x[1].get("history") != 9]
+    with REACH_BUGS["restop-full-pocket-forgets-slotless"].apply():
+        assert _run(cfg, partly, check_event_log=False) is None
 
 
 def test_counter_check_names_what_a_call_did_not_do() -> None:

@@ -9,7 +9,8 @@ index; the harness keeps the mapping to implementation ids.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvpocket.model.config import (
@@ -150,6 +151,16 @@ def abstract_impl(snap: dict[str, Any], seq_of: dict[int, int]) -> Abstract:
                      len(sq["committed_tokens"]), sq["commit_state"], index, entries))
     return Abstract(tuple(sorted(pages, key=_row_order)), tuple(sorted(occupied)), tuple(sorted(queues)),
                     tuple(pockets), tuple(sorted(seqs)))
+
+
+def without_forgotten(a: Abstract, forgotten: Collection[int]) -> Abstract:
+    """The model's abstraction without the CLOSED sequence slots whose implementation
+    handle the manager has forgotten (it keeps the newest `manager.CLOSED_KEPT` closed
+    handles; a forgotten one holds nothing and refuses every call as closed)."""
+    if not forgotten:
+        return a
+    return replace(a, seqs=tuple(q for q in a.seqs
+                                 if not (q[0] in forgotten and q[1] == SeqStatus.CLOSED.name)))
 
 
 def diff(model: Abstract, impl: Abstract, names: tuple[str, str] = ("model", "impl")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kvpocket.impl import exceptions as impl_errors
+from kvpocket.impl.kvcache import KVCache
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.impl.results import OpResult
 from kvpocket.model.api import API
@@ -74,6 +75,8 @@ class Harness(Protocol):
     impl: KVCacheManager
 
     def impl_seq(self, seq: int) -> int: ...
+    def handle(self, seq: int) -> KVCache: ...
+    def keep(self, seq: int, kv: KVCache) -> None: ...
     def open_seq(self, seq: int, prompt: list[int]) -> int: ...
     def tokens(self, seq: int, start: int, n: int) -> list[int]: ...
     def run_stream(self, stream: int) -> None: ...
@@ -87,11 +90,13 @@ def _create(h: Harness, p: dict[str, Any]) -> Any:
     # the harness could open (the manager itself takes any id).
     if not 0 <= p["seq"] < h.impl.cfg.num_sequences:
         raise impl_errors.UnknownSequenceError(f"create: no sequence slot {p['seq']}")
-    return h.impl.create(h.open_seq(p["seq"], list(p["prompt"])), list(p["prompt"]))
+    kv = h.impl.create(h.open_seq(p["seq"], list(p["prompt"])), list(p["prompt"]))
+    h.keep(p["seq"], kv)  # as an integrator keeps it (the manager forgets old closed ones)
+    return kv
 
 
 def _commit(h: Harness, p: dict[str, Any]) -> Any:
-    kv = h.impl.get(h.impl_seq(p["seq"]))
+    kv = h.handle(p["seq"])
     return kv.commit(h.tokens(p["seq"], kv.num_committed_tokens, p["n"]))
 
 
@@ -122,7 +127,7 @@ def call_impl(h: Harness, action: str, params: dict[str, Any]) -> Any:
     spec = API[action]
     rest = [params[p.name] for p in spec.params if p.name != "seq"]
     if any(p.name == "seq" for p in spec.params):
-        return getattr(h.impl.get(h.impl_seq(params["seq"])), action)(*rest)
+        return getattr(h.handle(params["seq"]), action)(*rest)
     return getattr(h.impl, action)(*rest)
 
 

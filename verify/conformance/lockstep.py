@@ -20,6 +20,7 @@ import numpy as np
 
 from kvpocket.impl.backend.numpy_sim import NumpyBackend
 from kvpocket.impl.exceptions import RaceError, UnknownLifeCycleError
+from kvpocket.impl.kvcache import KVCache
 from kvpocket.impl.manager import KVCacheManager
 from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.impl.snapshot import Where, choice_labels, page_locations
@@ -37,7 +38,13 @@ from kvpocket.model.errors import ChoiceRejected
 from kvpocket.model.executor import CHOICE_KINDS, RecordedChooser
 from kvpocket.model.machine import Model, RunResult
 from kvpocket.model.state import State
-from kvpocket.verify.conformance.abstraction import Abstract, abstract_impl, abstract_model, diff
+from kvpocket.verify.conformance.abstraction import (
+    Abstract,
+    abstract_impl,
+    abstract_model,
+    diff,
+    without_forgotten,
+)
 from kvpocket.verify.conformance.adapter import (
     Outcome,
     call_impl,
@@ -162,6 +169,7 @@ class Lockstep:
               "device mirror": self.impl.backend.device_copies}
         self.checks = tuple(name for name in CHECKS if on[name])  # what this lockstep runs
         self.impl_id: dict[int, int] = {}  # model slot -> implementation id (current)
+        self.handles: dict[int, KVCache] = {}  # model slot -> its current handle (kept)
         self.next_id = 0
         self.written: dict[int, int] = {}  # model slot -> next token position to write
         self.stream_tokens: dict[int, list[int]] = {}
@@ -276,8 +284,9 @@ class Lockstep:
         # object (a usage error, a no-op) has the abstraction computed last time.
         if self._abstracted is None or self._abstracted[0] is not self.model.state:
             self._abstracted = (self.model.state, abstract_model(self.model))
-        a_model = self._abstracted[1]
         seq_of = self.seq_of()
+        a_model = without_forgotten(self._abstracted[1], [
+            slot for sid, slot in seq_of.items() if sid not in self.impl.seqs])
         a_impl = abstract_impl(self.impl.snapshot(sequences=seq_of), seq_of)
         if a_model != a_impl:
             raise Divergence(n, "abstract states differ", [where, *diff(a_model, a_impl)])
@@ -385,6 +394,17 @@ class Lockstep:
 
     def impl_seq(self, seq: int) -> int:
         return self._id(seq)
+
+    def handle(self, seq: int) -> KVCache:
+        """The slot's current handle, kept as an integrator keeps it (the manager forgets
+        the oldest closed handles); a slot never created: the manager's answer."""
+        kv = self.handles.get(seq)
+        if kv is not None and kv.seq_id == self._id(seq):
+            return kv
+        return self.impl.get(self._id(seq))
+
+    def keep(self, seq: int, kv: KVCache) -> None:
+        self.handles[seq] = kv
 
     def open_seq(self, seq: int, prompt: list[int]) -> int:
         """A create: a fresh implementation id when the model's slot is free or closed."""

@@ -512,21 +512,22 @@ class LockstepMachine(RuleBasedStateMachine):
         self._restart(seq, [])
         if commit == guards.STOPPED:
             self._step("stop_committing", {"seq": seq})
+        if pocket == guards.FULL:
+            # Every block of a full pocket's moment at once, then the history jumps: a
+            # pocket's worth of blocks leaves the window together (a decode step would pop
+            # the pocket for its new block first).
+            most = max(guards.fill_blocks(cfg, lc) for lc in cfg.life_cycles if lc.is_swa)
+            for blocks in range(min(most + 1, cfg.max_blocks), cfg.pocket.capacity, -1):
+                self._step("resize", {"seq": seq, "capacity": blocks * t, "history": 0})
+                if self._state().capacity[seq] == blocks * t:
+                    self._step("resize", {"seq": seq, "capacity": blocks * t,
+                                          "history": blocks * t - 1})
+                    break
         if pocket != guards.EMPTY:
             for _ in range(4 * t + 8):  # decode until a page is parked
                 if self._pocket_of(seq) or self._state().seq_status[seq] != SeqStatus.ACTIVE:
                     break
                 self._decode(seq)
-            if pocket == guards.FULL:  # grow, then several blocks leave at once: it fills
-                for blocks in range(cfg.pocket.capacity + 1, 0, -1):  # as the GPU has room
-                    s = self._state()
-                    cap = min(s.capacity[seq] + blocks * t, cfg.max_capacity)
-                    self._step("resize", {"seq": seq, "capacity": cap,
-                                          "history": s.history[seq]})
-                    if self._state().capacity[seq] == cap:
-                        self._step("resize", {"seq": seq, "capacity": cap, "history": min(
-                            s.history[seq] + blocks * t, cap)})
-                        break
             if parked == guards.WITHOUT_SLOT:
                 for extra in range(1, 4):  # GPU pressure until a parked page is moved
                     if self._guard_state(seq)[3] != guards.WITH_SLOT:
