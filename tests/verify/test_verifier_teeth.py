@@ -33,10 +33,10 @@ from typing import Any
 import pytest
 
 from kvpocket.model import Model
-from kvpocket.model.config import KVConfig
+from kvpocket.model.config import NONE, CommitState, KVConfig, SeqStatus
 from kvpocket.model.fastcheck import FAST, LOCAL, Delta, violated
 from kvpocket.model.incremental import IncrementalChecker
-from kvpocket.model.invariants import INVARIANTS, EntryAt, Invariant
+from kvpocket.model.invariants import INVARIANTS, INVARIANTS_BY_NAME, EntryAt, Invariant
 from kvpocket.model.logic import CONCRETE
 from kvpocket.model.state import SCHEMA, STATE_FIELDS, Layout, State, evolve
 from kvpocket.verify.conformance.abstraction import Abstract, abstract_impl, abstract_model, diff
@@ -203,6 +203,19 @@ def test_the_lockstep_checks_the_data_it_reads() -> None:
                 pool[e.slot] ^= 0x5A5A
     with pytest.raises(Divergence, match="data oracle"):
         ls.step("resize", {"seq": 0, "capacity": 8, "history": 7})
+
+
+def test_the_lockstep_checks_outstanding_work_when_it_finishes() -> None:
+    """With a harness-driven simulator, a step compares only the reads that ran; `finish`
+    runs the rest and compares them: data corrupted before they run is reported."""
+    ls = Lockstep(CFG, eager=False)
+    for action, params in RUN:
+        ls.step(action, params)
+    ls.finish()
+    ls.impl.pool(0, 0)[:] ^= 0x5A5A
+    ls.step("resize", {"seq": 0, "capacity": 8, "history": 7})  # its reads have not run
+    with pytest.raises(Divergence, match="data oracle"):
+        ls.finish()
 
 # ---- views and counters ------------------------------------------------------------------
 
@@ -538,24 +551,25 @@ def _falsifiers(inv: Invariant, lay: Layout, s: State, domain: str, i: int
 
 def _good_states(cfg: KVConfig) -> list[State]:
     """Reachable states with every domain in use (every array sparse, as the lockstep keeps
-    them): a parked page, a held stale block, a committed page, an ACTIVE and a SUSPENDED
-    sequence; and one with the first sequence ACTIVE instead (a SUSPENDED sequence's
+    them): a page parked by the last sequence, a held stale block, a committed page, an
+    ACTIVE and a SUSPENDED sequence; and one with the first sequence ACTIVE instead (a SUSPENDED sequence's
     in-window blocks constrain nothing in `window_is_mapped` but through the sequence,
     whose change breaks every block at once)."""
     out = []
+    last = cfg.num_sequences - 1  # parks: a pocket in use after empty ones
     for suspend in (True, False):
         m = Model(cfg, sparse_above=0)
-        m.create(1, [1, 2, 3, 4])
-        assert m.resume(1) and m.resize(1, 6, 4)
-        m.commit(1, (5, 6))
+        m.create(0, [1, 2, 3, 4])
+        assert m.resume(0) and m.resize(0, 6, 4)
+        m.commit(0, (5, 6))
         if not suspend:
             out.append(m.state)
             break
-        m.suspend(1)
-        m.create(0, [7, 8])
-        assert m.resume(0)
-        m.stop_committing(0)
-        assert m.resize(0, 4, 3) and m.resize(0, 6, 5)
+        m.suspend(0)
+        m.create(last, [7, 8])
+        assert m.resume(last)
+        m.stop_committing(last)
+        assert m.resize(last, 4, 3) and m.resize(last, 6, 5)
         assert any(p != -1 for p in m.state.pocket), "a parked page"
         out.append(m.state)
     return out
@@ -597,9 +611,12 @@ def test_every_invariant_is_falsified_at_every_position(config: str) -> None:
                     where = (inv.name, domain, i, b is not bad)
                     if inv.name in FAST:  # the fast full check
                         assert not FAST[inv.name](lay, b), where
-                    checker = IncrementalChecker(lay)  # the checker, as after checking `good`
-                    checker._last, checker._held = good, {j.name for j in INVARIANTS}
-                    assert inv in checker.violated(b), where
+                    # the checker, as after checking `good`; between API actions every
+                    # invariant holds, after every step those of scope `step`
+                    for scope in (None, "api", *(("step",) if inv.scope == "step" else ())):
+                        checker = IncrementalChecker(lay)
+                        checker._last, checker._held = good, {j.name for j in INVARIANTS}
+                        assert inv in checker.violated(b, scope), (*where, scope)
                     if local is not None:  # the check of what changed
                         changed = frozenset(f for f in STATE_FIELDS
                                             if getattr(b, f) is not getattr(good, f))
@@ -678,3 +695,41 @@ def test_the_self_check_looks_at_every_record(run: Lockstep) -> None:
         kinds.add(where.split(" ")[0] + (" pocket" if "pocket" in where else ""))
     assert run.impl.check_invariants() == []
     assert kinds == {"page", "slot", "queue", "node", "seq", "seq pocket"}
+
+
+
+def _bounds(lay: Layout, s: State) -> dict[str, tuple[int, int | None]]:
+    """Each field's range, [low, high) (None: unbounded above), as `values_in_range`
+    states it: every variable within its type."""
+    return {"lc": (0, lay.lcs), "level": (0, lay.cfg.num_levels), "locks": (0, None),
+            "holds": (0, None), "owner": (NONE, lay.seqs), "ordinal": (0, lay.blocks),
+            "key": (NONE, None), "stamp": (0, s.clock + 1), "slot_owner": (NONE, lay.pages),
+            "slot_busy": (-1, lay.seqs + 1), "seq_status": (0, len(SeqStatus)),
+            "commit_state": (0, len(CommitState)), "entry": (NONE, lay.pages),
+            "pocket": (NONE, lay.pages), "clock": (0, None)}
+
+
+@pytest.mark.parametrize("config", sorted(INVARIANT_CONFIGS))
+def test_values_in_range_rejects_each_bound(config: str) -> None:
+    """Just below and just above each field's range, at a position in use: rejected by the
+    definition, the fast check and the check of what changed."""
+    lay = Layout(INVARIANT_CONFIGS[config])
+    good = _good_states(lay.cfg)[0]
+    inv = INVARIANTS_BY_NAME["values_in_range"]
+    live = next(p for p in range(lay.pages) if good.alive[p])
+    at = {"page": live, "slot": 0, "seq": 0, "entry": 0, "pocket": 0, "scalar": 0}
+    domain = {f.name: f.domain for f in SCHEMA}
+    tried = 0
+    for field, (lo, hi) in _bounds(lay, good).items():
+        for v in (lo - 1, *(() if hi is None else (hi,))):
+            bad = _with(good, field, at[domain[field]], v)
+            changed = frozenset({field})
+            where = (field, v)
+            assert not inv.predicate(CONCRETE, lay, bad), where
+            assert not FAST["values_in_range"](lay, bad), where
+            assert LOCAL["values_in_range"](lay, bad, Delta(good, bad, changed)) is not True, where
+            tried += 1
+    for v in (-2, lay.slots_at(good.level[live])):  # a slot that is no slot of its level
+        bad = _with(good, "slot", live, v)
+        assert not inv.predicate(CONCRETE, lay, bad) and not FAST["values_in_range"](lay, bad)
+    assert tried >= 25
