@@ -217,6 +217,28 @@ def test_the_lockstep_checks_outstanding_work_when_it_finishes() -> None:
     with pytest.raises(Divergence, match="data oracle"):
         ls.finish()
 
+
+def test_the_lockstep_asks_every_query_for_every_life_cycle_that_does_not_exist(
+        run: Lockstep, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One bad life cycle per step and sequence, in turn: within a few steps each of a
+    negative, a bool, a float, a string, n and n + 1 reaches every query."""
+    n = run.cfg.num_life_cycles
+    asked: dict[str, set[str]] = {}
+    for sid in run.impl_id.values():
+        kv = run.impl.seqs[sid]
+        for query in ("stale_range", "pocket_pages", "page_table"):
+            orig = getattr(kv, query)
+
+            def spy(lc: Any, _o: Any = orig, _q: str = query) -> Any:
+                if not (type(lc) is int and 0 <= lc < n):
+                    asked.setdefault(_q, set()).add(repr(lc))
+                return _o(lc)
+            monkeypatch.setattr(kv, query, spy)
+    for step in range(12):
+        assert run._check_queries(step) == []
+    want = {"-1", "True", "1.5", "'0'", repr(n), repr(n + 1)}
+    assert asked == dict.fromkeys(("stale_range", "pocket_pages", "page_table"), want)
+
 # ---- views and counters ------------------------------------------------------------------
 
 MANAGER_VIEWS = ("eviction_order", "slot_counts", "free_slots", "pages")
