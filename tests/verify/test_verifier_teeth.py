@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kvpocket.model import Model
@@ -219,25 +220,49 @@ def test_the_lockstep_checks_outstanding_work_when_it_finishes() -> None:
 
 
 def test_the_lockstep_asks_every_query_for_every_life_cycle_that_does_not_exist(
-        run: Lockstep, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One bad life cycle per step and sequence, in turn: within a few steps each of a
-    negative, a bool, a float, a string, n and n + 1 reaches every query."""
-    n = run.cfg.num_life_cycles
-    asked: dict[str, set[str]] = {}
-    for sid in run.impl_id.values():
-        kv = run.impl.seqs[sid]
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One bad life cycle per step and sequence, in turn: within six steps each of a
+    negative, a bool, a float, a string, n and n + 1 reaches every query of every live
+    sequence (a closed one among them)."""
+    ls = _run(steps=[*RUN, ("create", {"seq": 1, "prompt": [9]}), ("resume", {"seq": 1})])
+    n = ls.cfg.num_life_cycles
+    asked: dict[tuple[int, str], set[str]] = {}
+    for sid, kv in ls.impl.seqs.items():
         for query in ("stale_range", "pocket_pages", "page_table"):
             orig = getattr(kv, query)
 
-            def spy(lc: Any, _o: Any = orig, _q: str = query) -> Any:
+            def spy(lc: Any, _o: Any = orig, _key: tuple[int, str] = (sid, query)) -> Any:
                 if not (type(lc) is int and 0 <= lc < n):
-                    asked.setdefault(_q, set()).add(repr(lc))
+                    asked.setdefault(_key, set()).add(repr(lc))
                 return _o(lc)
             monkeypatch.setattr(kv, query, spy)
-    for step in range(12):
-        assert run._check_queries(step) == []
+    for step in range(6):
+        assert ls._check_queries(step) == []
     want = {"-1", "True", "1.5", "'0'", repr(n), repr(n + 1)}
-    assert asked == dict.fromkeys(("stale_range", "pocket_pages", "page_table"), want)
+    live = [sid for q, sid in ls.impl_id.items() if ls.model.state.seq_status[q] == 1]
+    assert len(live) == 2
+    assert asked == {(sid, q): want for sid in live
+                     for q in ("stale_range", "pocket_pages", "page_table")}
+
+
+def test_the_oracle_stamps_alike_on_both_paths() -> None:
+    """The expected stamps of a decode step (a few tokens, in Python) and of a prefill
+    (many, vectorized) are one function of (sequence, life cycle, position), distinct
+    between life cycles: a block read for the wrong life cycle cannot pass."""
+    from kvpocket.impl.manager import KVCacheManager
+    from kvpocket.impl.oracle import DecodeOracle
+    mgr = KVCacheManager(CFG, slot_elems=8)
+    one, many = DecodeOracle(mgr), DecodeOracle(mgr)
+    toks = list(range(20))
+    for t in toks:
+        one.add_tokens(5, [t])  # the decode path, a token at a time
+    many.add_tokens(5, toks)  # the vectorized path
+    pos = np.arange(len(toks))
+    for lc in range(CFG.num_life_cycles):
+        want = many.stamps(5, lc, pos)
+        assert (one._exp[one._row[5], lc, :len(toks)] == want).all(), lc
+        assert (many._exp[many._row[5], lc, :len(toks)] == want).all(), lc
+    assert not (many.stamps(5, 0, pos) == many.stamps(5, 1, pos)).any()
 
 # ---- views and counters ------------------------------------------------------------------
 
