@@ -759,7 +759,8 @@ def _bounds(lay: Layout, s: State) -> dict[str, tuple[int, int | None]]:
 @pytest.mark.parametrize("config", sorted(INVARIANT_CONFIGS))
 def test_values_in_range_rejects_each_bound(config: str) -> None:
     """Just below and just above each field's range, at a position in use: rejected by the
-    definition, the fast check and the check of what changed."""
+    definition, the fast check and the check of what changed; and every other fast check
+    still agrees with its definition there (it reads such a value without failing)."""
     lay = Layout(INVARIANT_CONFIGS[config])
     good = _good_states(lay.cfg)[0]
     inv = INVARIANTS_BY_NAME["values_in_range"]
@@ -768,13 +769,17 @@ def test_values_in_range_rejects_each_bound(config: str) -> None:
     domain = {f.name: f.domain for f in SCHEMA}
     tried = 0
     for field, (lo, hi) in _bounds(lay, good).items():
-        for v in (lo - 1, *(() if hi is None else (hi,))):
+        for v in (lo - 1, *(() if hi is None else (hi, hi + 1))):
             bad = _with(good, field, at[domain[field]], v)
             changed = frozenset({field})
             where = (field, v)
             assert not inv.predicate(CONCRETE, lay, bad), where
             assert not FAST["values_in_range"](lay, bad), where
             assert LOCAL["values_in_range"](lay, bad, Delta(good, bad, changed)) is not True, where
+            for other in INVARIANTS:  # out of range, every fast check still agrees (no crash)
+                if other.name in FAST:
+                    assert FAST[other.name](lay, bad) == bool(
+                        other.predicate(CONCRETE, lay, bad)), (*where, other.name)
             tried += 1
     for v in (-2, lay.slots_at(good.level[live])):  # a slot that is no slot of its level
         bad = _with(good, "slot", live, v)
