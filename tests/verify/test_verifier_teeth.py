@@ -12,7 +12,10 @@ the verifier to notice:
   incremental checker), falsified by a bad state at every position its quantifiers range
   over (every page, slot, sequence, block entry, pocket position);
 * the trace checker (`tracecheck.py`): every result kind a log carries (True, False, null,
-  an error), each replaced by every other kind, is caught at its line.
+  an error), each replaced by every other kind, is caught at its line; a log without
+  choices is checked under every choice;
+* the lockstep consults the data oracle; the implementation's self-check
+  (`impl/selfcheck.py`) looks at every page, slot, queue, tree node, sequence and block.
 
 They are the kill tests of the verifier mutation tier (`scripts/mutation.sh --verifier`,
 docs/assurance.md), so they are kept quick.
@@ -27,17 +30,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kvpocket.model import Model
-from kvpocket.model.config import KVConfig
+from kvpocket.model.config import NONE, CommitState, KVConfig, SeqStatus
 from kvpocket.model.fastcheck import FAST, LOCAL, Delta, violated
 from kvpocket.model.incremental import IncrementalChecker
-from kvpocket.model.invariants import INVARIANTS, EntryAt, Invariant
+from kvpocket.model.invariants import INVARIANTS, INVARIANTS_BY_NAME, EntryAt, Invariant
 from kvpocket.model.logic import CONCRETE
 from kvpocket.model.state import SCHEMA, STATE_FIELDS, Layout, State, evolve
 from kvpocket.verify.conformance.abstraction import Abstract, abstract_impl, abstract_model, diff
-from kvpocket.verify.conformance.lockstep import Lockstep
+from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
 from kvpocket.verify.conformance.views import (
     COUNTED_CHOICES,
     counter_differences,
@@ -187,6 +191,79 @@ def test_every_snapshot_key_is_read(run: Lockstep) -> None:
     assert {k: frozenset(keys[k] - read[k]) for k in keys} == NOT_ABSTRACTED
 
 
+
+def test_the_lockstep_checks_the_data_it_reads() -> None:
+    """Metadata right, data wrong: the lockstep's check consults the data oracle after a
+    step that reads the corrupted slots (every other comparison agrees)."""
+    ls = _run()
+    kv = ls.impl.seqs[ls.impl_id[0]]
+    pool = ls.impl.pool(0, 0)
+    for lc in range(ls.cfg.num_life_cycles):
+        for e in kv.block_entries(lc):
+            if e.locked:
+                pool[e.slot] ^= 0x5A5A
+    with pytest.raises(Divergence, match="data oracle"):
+        ls.step("resize", {"seq": 0, "capacity": 8, "history": 7})
+
+
+def test_the_lockstep_checks_outstanding_work_when_it_finishes() -> None:
+    """With a harness-driven simulator, a step compares only the reads that ran; `finish`
+    runs the rest and compares them: data corrupted before they run is reported."""
+    ls = Lockstep(CFG, eager=False)
+    for action, params in RUN:
+        ls.step(action, params)
+    ls.finish()
+    ls.impl.pool(0, 0)[:] ^= 0x5A5A
+    ls.step("resize", {"seq": 0, "capacity": 8, "history": 7})  # its reads have not run
+    with pytest.raises(Divergence, match="data oracle"):
+        ls.finish()
+
+
+def test_the_lockstep_asks_every_query_for_every_life_cycle_that_does_not_exist(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One bad life cycle per step and sequence, in turn: within six steps each of a
+    negative, a bool, a float, a string, n and n + 1 reaches every query of every live
+    sequence (a closed one among them)."""
+    ls = _run(steps=[*RUN, ("create", {"seq": 1, "prompt": [9]}), ("resume", {"seq": 1})])
+    n = ls.cfg.num_life_cycles
+    asked: dict[tuple[int, str], set[str]] = {}
+    for sid, kv in ls.impl.seqs.items():
+        for query in ("stale_range", "pocket_pages", "page_table"):
+            orig = getattr(kv, query)
+
+            def spy(lc: Any, _o: Any = orig, _key: tuple[int, str] = (sid, query)) -> Any:
+                if not (type(lc) is int and 0 <= lc < n):
+                    asked.setdefault(_key, set()).add(repr(lc))
+                return _o(lc)
+            monkeypatch.setattr(kv, query, spy)
+    for step in range(6):
+        assert ls._check_queries(step) == []
+    want = {"-1", "True", "1.5", "'0'", repr(n), repr(n + 1)}
+    live = [sid for q, sid in ls.impl_id.items() if ls.model.state.seq_status[q] == 1]
+    assert len(live) == 2
+    assert asked == {(sid, q): want for sid in live
+                     for q in ("stale_range", "pocket_pages", "page_table")}
+
+
+def test_the_oracle_stamps_alike_on_both_paths() -> None:
+    """The expected stamps of a decode step (a few tokens, in Python) and of a prefill
+    (many, vectorized) are one function of (sequence, life cycle, position), distinct
+    between life cycles: a block read for the wrong life cycle cannot pass."""
+    from kvpocket.impl.manager import KVCacheManager
+    from kvpocket.impl.oracle import DecodeOracle
+    mgr = KVCacheManager(CFG, slot_elems=8)
+    one, many = DecodeOracle(mgr), DecodeOracle(mgr)
+    toks = list(range(20))
+    for t in toks:
+        one.add_tokens(5, [t])  # the decode path, a token at a time
+    many.add_tokens(5, toks)  # the vectorized path
+    pos = np.arange(len(toks))
+    for lc in range(CFG.num_life_cycles):
+        want = many.stamps(5, lc, pos)
+        assert (one._exp[one._row[5], lc, :len(toks)] == want).all(), lc
+        assert (many._exp[many._row[5], lc, :len(toks)] == want).all(), lc
+    assert not (many.stamps(5, 0, pos) == many.stamps(5, 1, pos)).any()
+
 # ---- views and counters ------------------------------------------------------------------
 
 MANAGER_VIEWS = ("eviction_order", "slot_counts", "free_slots", "pages")
@@ -275,8 +352,8 @@ def test_every_view_field_is_compared(run: Lockstep, monkeypatch: pytest.MonkeyP
 UNCOUNTED_ON_SUCCESS = {"events_recorded", "cross_stream_waits"}
 
 
-def test_every_counter_is_compared(run: Lockstep) -> None:
-    ls = _run()
+def test_every_counter_is_compared() -> None:
+    ls = _run()  # its own run: the step below changes it
     impl = ls.impl
     before = impl.counters.total.as_dict()
     occ = occupied_slots(impl)
@@ -332,7 +409,11 @@ def test_every_result_kind_is_compared(log_rows: list[dict[str, Any]]) -> None:
     result kind the log carries, each replaced by every other kind (and an error by
     another error): caught at its line as a different result."""
     rows = log_rows
-    assert _verdict(rows).ok
+    clean = _verdict(rows)
+    assert clean.ok
+    # what the verdict rests on, in numbers: every logged choice and result compared
+    assert clean.compared["choices"] == sum(len(r["choices"]) for r in rows[1:]) > 100
+    assert clean.compared["results"] == len(rows) - 1
     firsts: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows[1:], start=1):
         at = firsts.setdefault((r["action"], _kind(r["result"])), [])
@@ -375,6 +456,21 @@ def test_results_on_sequences_the_model_does_not_run(log_rows: list[dict[str, An
     assert not got.ok and got.line == 2
 
 
+
+def test_a_log_without_choices_is_checked_under_every_choice(
+        log_rows: list[dict[str, Any]]) -> None:
+    """With its choices left out, a recorded log still fits: the checker tries every
+    victim, pocket and slot choice the spec allows (pruning only slots the log never shows),
+    and a wrong result in such a log is still caught at its line."""
+    bare = [log_rows[0], *({k: v for k, v in r.items() if k != "choices"}
+                           for r in log_rows[1:121])]
+    got = _verdict(bare)
+    assert got.ok and got.without_choices > 0.9 * got.events and got.ambiguous > 0, got.report
+    i = next(i for i, r in enumerate(bare[1:], start=1)
+             if r["action"] == "resize" and r["result"] is True)
+    got = _verdict([*bare[:i], {**bare[i], "result": False}])
+    assert not got.ok and got.line == i + 1 and got.kind == "different result"
+
 # ---- invariants: falsified at every position, in every reading ----------------------------
 
 
@@ -390,7 +486,7 @@ QUANTIFIED: dict[str, tuple[str, ...]] = {
     "dropped_pockets_stay_at_gpu": ("pocket",),  # under evict_parked=drop (else True)
     "popped_slots_valid": ("scalar",),
     "no_unsynced_reuse": ("scalar",),
-    "window_is_mapped": ("entry",),
+    "window_is_mapped": ("entry", "seq"),
     "values_in_range": ("page", "slot", "seq", "entry", "pocket"),
 }
 
@@ -506,24 +602,25 @@ def _falsifiers(inv: Invariant, lay: Layout, s: State, domain: str, i: int
 
 def _good_states(cfg: KVConfig) -> list[State]:
     """Reachable states with every domain in use (every array sparse, as the lockstep keeps
-    them): a parked page, a held stale block, a committed page, an ACTIVE and a SUSPENDED
-    sequence; and one with the first sequence ACTIVE instead (a SUSPENDED sequence's
+    them): a page parked by the last sequence, a held stale block, a committed page, an
+    ACTIVE and a SUSPENDED sequence; and one with the first sequence ACTIVE instead (a SUSPENDED sequence's
     in-window blocks constrain nothing in `window_is_mapped` but through the sequence,
     whose change breaks every block at once)."""
     out = []
+    last = cfg.num_sequences - 1  # parks: a pocket in use after empty ones
     for suspend in (True, False):
         m = Model(cfg, sparse_above=0)
-        m.create(1, [1, 2, 3, 4])
-        assert m.resume(1) and m.resize(1, 6, 4)
-        m.commit(1, (5, 6))
+        m.create(0, [1, 2, 3, 4])
+        assert m.resume(0) and m.resize(0, 6, 4)
+        m.commit(0, (5, 6))
         if not suspend:
             out.append(m.state)
             break
-        m.suspend(1)
-        m.create(0, [7, 8])
-        assert m.resume(0)
-        m.stop_committing(0)
-        assert m.resize(0, 4, 3) and m.resize(0, 6, 5)
+        m.suspend(0)
+        m.create(last, [7, 8])
+        assert m.resume(last)
+        m.stop_committing(last)
+        assert m.resize(last, 4, 3) and m.resize(last, 6, 5)
         assert any(p != -1 for p in m.state.pocket), "a parked page"
         out.append(m.state)
     return out
@@ -565,9 +662,12 @@ def test_every_invariant_is_falsified_at_every_position(config: str) -> None:
                     where = (inv.name, domain, i, b is not bad)
                     if inv.name in FAST:  # the fast full check
                         assert not FAST[inv.name](lay, b), where
-                    checker = IncrementalChecker(lay)  # the checker, as after checking `good`
-                    checker._last, checker._held = good, {j.name for j in INVARIANTS}
-                    assert inv in checker.violated(b), where
+                    # the checker, as after checking `good`; between API actions every
+                    # invariant holds, after every step those of scope `step`
+                    for scope in (None, "api", *(("step",) if inv.scope == "step" else ())):
+                        checker = IncrementalChecker(lay)
+                        checker._last, checker._held = good, {j.name for j in INVARIANTS}
+                        assert inv in checker.violated(b, scope), (*where, scope)
                     if local is not None:  # the check of what changed
                         changed = frozenset(f for f in STATE_FIELDS
                                             if getattr(b, f) is not getattr(good, f))
@@ -646,3 +746,46 @@ def test_the_self_check_looks_at_every_record(run: Lockstep) -> None:
         kinds.add(where.split(" ")[0] + (" pocket" if "pocket" in where else ""))
     assert run.impl.check_invariants() == []
     assert kinds == {"page", "slot", "queue", "node", "seq", "seq pocket"}
+
+
+
+def _bounds(lay: Layout, s: State) -> dict[str, tuple[int, int | None]]:
+    """Each field's range, [low, high) (None: unbounded above), as `values_in_range`
+    states it: every variable within its type."""
+    return {"lc": (0, lay.lcs), "level": (0, lay.cfg.num_levels), "locks": (0, None),
+            "holds": (0, None), "owner": (NONE, lay.seqs), "ordinal": (0, lay.blocks),
+            "key": (NONE, None), "stamp": (0, s.clock + 1), "slot_owner": (NONE, lay.pages),
+            "slot_busy": (-1, lay.seqs + 1), "seq_status": (0, len(SeqStatus)),
+            "commit_state": (0, len(CommitState)), "entry": (NONE, lay.pages),
+            "pocket": (NONE, lay.pages), "clock": (0, None)}
+
+
+@pytest.mark.parametrize("config", sorted(INVARIANT_CONFIGS))
+def test_values_in_range_rejects_each_bound(config: str) -> None:
+    """Just below and just above each field's range, at a position in use: rejected by the
+    definition, the fast check and the check of what changed; and every other fast check
+    still agrees with its definition there (it reads such a value without failing)."""
+    lay = Layout(INVARIANT_CONFIGS[config])
+    good = _good_states(lay.cfg)[0]
+    inv = INVARIANTS_BY_NAME["values_in_range"]
+    live = next(p for p in range(lay.pages) if good.alive[p])
+    at = {"page": live, "slot": 0, "seq": 0, "entry": 0, "pocket": 0, "scalar": 0}
+    domain = {f.name: f.domain for f in SCHEMA}
+    tried = 0
+    for field, (lo, hi) in _bounds(lay, good).items():
+        for v in (lo - 1, *(() if hi is None else (hi, hi + 1))):
+            bad = _with(good, field, at[domain[field]], v)
+            changed = frozenset({field})
+            where = (field, v)
+            assert not inv.predicate(CONCRETE, lay, bad), where
+            assert not FAST["values_in_range"](lay, bad), where
+            assert LOCAL["values_in_range"](lay, bad, Delta(good, bad, changed)) is not True, where
+            for other in INVARIANTS:  # out of range, every fast check still agrees (no crash)
+                if other.name in FAST:
+                    assert FAST[other.name](lay, bad) == bool(
+                        other.predicate(CONCRETE, lay, bad)), (*where, other.name)
+            tried += 1
+    for v in (-2, lay.slots_at(good.level[live])):  # a slot that is no slot of its level
+        bad = _with(good, "slot", live, v)
+        assert not inv.predicate(CONCRETE, lay, bad) and not FAST["values_in_range"](lay, bad)
+    assert tried >= 25
