@@ -7,6 +7,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from kvpocket.verify.conformance.guards import PREFIX as GUARD_PREFIX
 from kvpocket.verify.conformance.lockstep import CHECKS
 from kvpocket.verify.terminal import Progress, console
 
@@ -68,12 +69,15 @@ def print_campaign(report: Any) -> None:
     rare.add_column("state")
     rare.add_column("count", justify="right")
     for name, n in report.rare_states.items():
-        gap = " (coverage gap)" if name in report.coverage_gaps else ""
-        rare.add_row(name + gap, str(n))
+        if not name.startswith(GUARD_PREFIX):  # the guard family: one line below
+            gap = " (coverage gap)" if name in report.coverage_gaps else ""
+            rare.add_row(name + gap, str(n))
     out.print(rare)
+    out.print(guard_line(report.rare_states, report.coverage_gaps), markup=False,
+              soft_wrap=True)
     if not report.failures and not getattr(report, "interrupted", False):
-        gaps = f"; [yellow]coverage gaps[/yellow]: {', '.join(report.coverage_gaps)}" \
-            if report.coverage_gaps else ""
+        gaps = (f"; [yellow]{len(report.coverage_gaps)} rare states never reached[/yellow] "
+                "(named above), so not a full check") if report.coverage_gaps else ""
         out.print(f"[green bold]no bug found[/green bold] in {report.examples:,} examples, "
                   f"{report.steps:,} steps{gaps}")
     out.print(checks_line(report), markup=False, soft_wrap=True)
@@ -92,6 +96,16 @@ def _plan_ran(report: Any) -> str:
     if report.budget_s:
         return f"{report.examples:,} examples in a {report.budget_s:g} s budget"
     return f"the plan ran to its end, {report.examples:,} examples (a fixed number per cell)"
+
+
+def guard_line(rare: dict[str, int], missed: list[str]) -> str:
+    """The guard combinations (`guards.py`) in one line: how many were reached, and the
+    ones missed by name (a table row each would bury the other rare states)."""
+    names = [n for n in rare if n.startswith(GUARD_PREFIX)]
+    gaps = [n.removeprefix(GUARD_PREFIX) for n in missed if n.startswith(GUARD_PREFIX)]
+    reached = sum(1 for n in names if rare[n])
+    return (f"guard combinations (every API action from every state that guards it): "
+            f"{reached} of {len(names)} reached" + (f"; missed: {'; '.join(gaps)}" if gaps else ""))
 
 
 def checks_line(report: Any) -> str:
@@ -149,8 +163,11 @@ def print_matrix(report: Any, verbose: bool = False) -> None:
         rare.add_column("state")
         rare.add_column("count", justify="right")
         for name, n in report.rare_states.items():
-            rare.add_row(name, str(n))
+            if not name.startswith(GUARD_PREFIX):
+                rare.add_row(name, str(n))
         out.print(rare)
+        out.print(guard_line(report.rare_states, report.unreached), markup=False,
+                  soft_wrap=True)
         first = Table(title="example at which each cell first reached each rare state")
         first.add_column("cell")
         first.add_column("first reached (example: state)", overflow="fold")
