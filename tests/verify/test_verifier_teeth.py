@@ -224,7 +224,8 @@ def test_the_lockstep_asks_every_query_for_every_life_cycle_that_does_not_exist(
     """One bad life cycle per step and sequence, in turn: within six steps each of a
     negative, a bool, a float, a string, n and n + 1 reaches every query of every live
     sequence: after a closed one, and with two live ones."""
-    again = [("create", {"seq": 1, "prompt": [9]}), ("resume", {"seq": 1})]
+    again: list[tuple[str, dict[str, Any]]] = [("create", {"seq": 1, "prompt": [9]}),
+                                               ("resume", {"seq": 1})]
     for steps, lives in ((RUN, 1), ([*RUN, *again], 2)):
         ls = _run(steps=steps)
         n = ls.cfg.num_life_cycles
@@ -233,9 +234,10 @@ def test_the_lockstep_asks_every_query_for_every_life_cycle_that_does_not_exist(
             for query in ("stale_range", "pocket_pages", "page_table"):
                 orig = getattr(kv, query)
 
-                def spy(lc: Any, _o: Any = orig, _key: tuple[int, str] = (sid, query)) -> Any:
-                    if not (type(lc) is int and 0 <= lc < n):
-                        asked.setdefault(_key, set()).add(repr(lc))
+                def spy(lc: Any, _o: Any = orig, _key: tuple[int, str] = (sid, query),
+                        _n: int = n, _asked: dict[tuple[int, str], set[str]] = asked) -> Any:
+                    if not (type(lc) is int and 0 <= lc < _n):
+                        _asked.setdefault(_key, set()).add(repr(lc))
                     return _o(lc)
                 monkeypatch.setattr(kv, query, spy)
         for step in range(6):
