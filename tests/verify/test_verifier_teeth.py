@@ -223,26 +223,31 @@ def test_the_lockstep_asks_every_query_for_every_life_cycle_that_does_not_exist(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """One bad life cycle per step and sequence, in turn: within six steps each of a
     negative, a bool, a float, a string, n and n + 1 reaches every query of every live
-    sequence (a closed one among them)."""
-    ls = _run(steps=[*RUN, ("create", {"seq": 1, "prompt": [9]}), ("resume", {"seq": 1})])
-    n = ls.cfg.num_life_cycles
-    asked: dict[tuple[int, str], set[str]] = {}
-    for sid, kv in ls.impl.seqs.items():
-        for query in ("stale_range", "pocket_pages", "page_table"):
-            orig = getattr(kv, query)
+    sequence: after a closed one, and with two live ones."""
+    again: list[tuple[str, dict[str, Any]]] = [("create", {"seq": 1, "prompt": [9]}),
+                                               ("resume", {"seq": 1})]
+    for steps, lives in ((RUN, 1), ([*RUN, *again], 2)):
+        ls = _run(steps=steps)
+        n = ls.cfg.num_life_cycles
+        asked: dict[tuple[int, str], set[str]] = {}
+        for sid, kv in ls.impl.seqs.items():
+            for query in ("stale_range", "pocket_pages", "page_table"):
+                orig = getattr(kv, query)
 
-            def spy(lc: Any, _o: Any = orig, _key: tuple[int, str] = (sid, query)) -> Any:
-                if not (type(lc) is int and 0 <= lc < n):
-                    asked.setdefault(_key, set()).add(repr(lc))
-                return _o(lc)
-            monkeypatch.setattr(kv, query, spy)
-    for step in range(6):
-        assert ls._check_queries(step) == []
-    want = {"-1", "True", "1.5", "'0'", repr(n), repr(n + 1)}
-    live = [sid for q, sid in ls.impl_id.items() if ls.model.state.seq_status[q] == 1]
-    assert len(live) == 2
-    assert asked == {(sid, q): want for sid in live
-                     for q in ("stale_range", "pocket_pages", "page_table")}
+                def spy(lc: Any, _o: Any = orig, _key: tuple[int, str] = (sid, query),
+                        _n: int = n, _asked: dict[tuple[int, str], set[str]] = asked) -> Any:
+                    if not (type(lc) is int and 0 <= lc < _n):
+                        _asked.setdefault(_key, set()).add(repr(lc))
+                    return _o(lc)
+                monkeypatch.setattr(kv, query, spy)
+        for step in range(6):
+            assert ls._check_queries(step) == []
+        monkeypatch.undo()
+        want = {"-1", "True", "1.5", "'0'", repr(n), repr(n + 1)}
+        live = [sid for q, sid in ls.impl_id.items() if ls.model.state.seq_status[q] == 1]
+        assert len(live) == lives and len(ls.impl_id) == 2
+        assert asked == {(sid, q): want for sid in live
+                         for q in ("stale_range", "pocket_pages", "page_table")}
 
 
 def test_the_oracle_stamps_alike_on_both_paths() -> None:
