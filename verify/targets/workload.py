@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-OP_KINDS = ("arrive", "schedule", "preempt", "finish", "reset")
+OP_KINDS = ("arrive", "schedule", "preempt", "finish", "reset", "again", "load")
 NUM_SHARED_PREFIXES = 3
 
 
@@ -26,7 +26,16 @@ class Op:
     the first `shared` tokens of shared sequence `prefix` and `fresh` new tokens;
     `schedule(req, tokens, repeat)`: `repeat` scheduler steps of request `req`, each a
     prefill chunk of up to `tokens` or one decode token; `preempt(req)`: freed and back to waiting, recomputed
-    from scratch; `finish(req)`: freed for good; `reset()`: reset the prefix cache."""
+    from scratch; `finish(req)`: freed for good; `reset(under_load)`: reset the prefix
+    cache, with `under_load` odd after preempting every running request first (a reset
+    under load, as weight updates do it); `again(index, tokens)`: a new request re-sending
+    the prompt of an earlier arrival (the `index`-th, modulo their number), whose blocks
+    may have been evicted since, admitted at once with a first chunk of up to `tokens`;
+    `load(req, tokens, delay)`: admit the `req`-th waiting request (modulo their number)
+    with up to `tokens` tokens
+    past its prefix-cache hit computed elsewhere (a KV connector's load): at once when
+    `delay` is 0, else asynchronously, the load completing `delay` scheduler steps later
+    (meanwhile the request holds its blocks and may be finished)."""
 
     kind: str
     args: tuple[int, ...] = ()
@@ -69,15 +78,19 @@ def ops_strategy(shape: WorkloadShape, max_steps: int) -> st.SearchStrategy[list
     def op_of(kind: int, a: int, b: int, c: int) -> Op:
         # Scheduling dominates, as it does in a server; resets are rare. Shrinking moves
         # `kind` to 0, a scheduling step.
-        if kind < 55:
+        if kind < 46:
             return Op("schedule", (a % 4, 1 + b % (3 * bs), 1 + c % 8))
-        if kind < 78:
+        if kind < 60:
             return Op("arrive", (a % NUM_SHARED_PREFIXES, b % (max_len // 2 + 1), c % (3 * bs + 1)))
+        if kind < 66:
+            return Op("again", (a, 1 + b % (3 * bs)))
+        if kind < 78:
+            return Op("load", (a % 4, 1 + b % max_len, c % 4))
         if kind < 88:
             return Op("finish", (a % 4,))
         if kind < 97:
             return Op("preempt", (a % 4,))
-        return Op("reset")
+        return Op("reset", (a % 2,))
 
     small = st.integers(0, 63)
     op = st.builds(op_of, st.integers(0, 99), small, small, small)
@@ -94,6 +107,8 @@ class Request:
     prompt_len: int
     computed: int = 0
     running: bool = False
+    loading: int = 0  # scheduler steps until its asynchronous load completes (0: none)
+    finished: bool = False  # finished while its load was in flight (freed when it lands)
 
     def next_chunk(self, budget: int, max_len: int) -> int:
         """Tokens the next step schedules: a prefill chunk, else one decode token (which
@@ -114,6 +129,7 @@ class Requests:
     live: list[Request] = field(default_factory=list)
     arrived: int = 0
     fresh: int = 0
+    prompts: list[list[int]] = field(default_factory=list)  # every arrival's prompt
 
     def new(self, prefix: int, shared: int, fresh: int) -> Request:
         shared = min(shared, self.shape.max_len - 1)
@@ -125,6 +141,16 @@ class Requests:
         if not tokens:
             self.fresh += 1
             tokens.append(-self.fresh)
+        return self._add(tokens)
+
+    def again(self, index: int) -> Request | None:
+        """A new request with the prompt of an earlier arrival; None before any."""
+        if not self.prompts:
+            return None
+        return self._add(list(self.prompts[index % len(self.prompts)]))
+
+    def _add(self, tokens: list[int]) -> Request:
+        self.prompts.append(list(tokens))
         req = Request(f"r{self.arrived}", tokens, len(tokens))
         self.arrived += 1
         self.live.append(req)
