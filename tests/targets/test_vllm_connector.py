@@ -5,6 +5,7 @@ copies of vLLM's own methods (`vllm_planted.py`; the installed package is untouc
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -40,8 +41,8 @@ def target(**kwargs: Any) -> Any:
 
 
 def test_the_presets_run_the_served_defaults_and_the_other_modes_are_presets() -> None:
-    from vllm.config.cache import CacheConfig
-    from vllm.config.scheduler import SchedulerConfig
+    CacheConfig = importlib.import_module("vllm.config.cache").CacheConfig
+    SchedulerConfig = importlib.import_module("vllm.config.scheduler").SchedulerConfig
 
     served = CacheConfig().prefix_cache_retention_interval
     inst = target().build(PRESETS[DEFAULT_CONFIG])

@@ -265,10 +265,11 @@ class VllmInstance:
                     groups[k] = group._replace(manager_cls=swa_manager_class)
         self.events = EventLogWriter(cfg, self.pool, f"vllm {vllm_version()}")
         self.trace_check = trace_check
+        self.tracing = True  # the event log is written (checked unless trace_check is off)
         if cfg.mixed_block_sizes:  # the model has one block size: no mapping to it
             self.trace_check = "off"
             self.stats.hit(TRACE_OFF_MIXED)
-        if self.tracing and self.retention is not None and "swa" in cfg.groups \
+        if self.trace_check != "off" and self.retention is not None and "swa" in cfg.groups \
                 and hasattr(self.mgr.kv_cache_config, OPT_RETENTION):
             self.trace_check = "off"
             self.stats.hit(TRACE_OFF_SPARSE)
@@ -278,13 +279,10 @@ class VllmInstance:
     def _trace_off_for_loads(self) -> None:
         """A KV connector load: the kvpocket model has no tokens computed elsewhere, so
         the event log stops here and is not checked (the other checks go on)."""
-        if self.trace_check != "off":
-            self.trace_check = "off"
-            self.stats.hit(TRACE_OFF_LOADS)
-
-    @property
-    def tracing(self) -> bool:
-        return self.trace_check != "off"
+        if self.tracing:
+            self.tracing = False
+            if self.trace_check != "off":
+                self.stats.hit(TRACE_OFF_LOADS)
 
     def _build_manager(self, a: _Api) -> Any:
         cfg = self.cfg
@@ -346,6 +344,9 @@ class VllmInstance:
             else:
                 self.vreqs[req.rid] = self._vllm_request(req)
                 self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [])
+                # vLLM hashes a prompt on arrival: what each hash stands for is known from
+                # then on, so a block cached under it before it is written is caught.
+                self._learn_hashes(req.rid)
                 if op.kind == "again":  # re-sent into the pool as it is now: admitted
                     self._engine_step()
                     self._schedule(req, op.args[1] if len(op.args) > 1 else 1)
@@ -734,7 +735,7 @@ class VllmInstance:
             raise CheckFailure("pool", f"after every request is freed, {free} blocks are free, "
                                f"not {self.cfg.num_blocks - 1} (all but the null block): a leak")
         lines = self.events.close()
-        if self.trace_check != "off":
+        if self.trace_check != "off" and self.tracing:
             verdict = check_event_log(lines)
             self.stats.hit("trace_events_checked", verdict.events)
             if not verdict.ok:
