@@ -207,3 +207,13 @@ def edited_copy(edits: Iterable[SourceEdit], name: str = "planted") -> FunctionT
     target = targets.pop()
     _, _, original = _resolve(target)
     return _compile(target, original, [(name, e) for e in edits], {})
+
+
+def rebound(fn: FunctionType, **names: Any) -> FunctionType:
+    """`fn`'s code over a copy of its module's globals with `names` replaced: a copy of
+    an engine's function that calls patched copies (`edited_copy`) of the ones it names."""
+    namespace = dict(fn.__globals__)
+    namespace.update(names)
+    out = FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__kwdefaults__ = fn.__kwdefaults__
+    return out

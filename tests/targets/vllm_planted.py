@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvpocket.verify.patching import SourceEdit, edited_copy
+from kvpocket.verify.patching import SourceEdit, edited_copy, rebound
 
 COORDINATOR = "vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator.allocate_new_computed_blocks"
 CACHE_FULL_BLOCKS = "vllm.v1.core.block_pool:BlockPool.cache_full_blocks"
@@ -70,3 +70,39 @@ def cache_before_the_load(inst: Any) -> None:
 
 def announce_skipped_blocks(inst: Any) -> None:
     _swap(inst.mgr.block_pool, "cache_full_blocks", ANNOUNCE_SKIPPED_BLOCKS)
+
+
+UTILS = "vllm.v1.core.kv_cache_utils"
+
+# A LoRA adapter hashed by its name alone: two adapters of one name (different weights)
+# share cached blocks.
+LORA_NAME_ONLY = (SourceEdit(
+    f"{UTILS}:_gen_lora_extra_hash_keys",
+    'return [("lora", lora_request.lora_name, lora_request.lora_path)]',
+    'return [("lora", lora_request.lora_name)]'),)
+
+# The cache salt left out of the block hash: tenants share cached blocks.
+SALT_NOT_HASHED = (SourceEdit(
+    f"{UTILS}:generate_block_hash_extra_keys",
+    """        if (start_token_idx == 0 and request.cache_salt)""",
+    """        if (start_token_idx == 0 and request.cache_salt and False)"""),)
+
+
+def _hasher(**copies: Any) -> Any:
+    """A copy of vLLM's request block hasher calling the given copies of its helpers."""
+    import importlib
+
+    utils = importlib.import_module(UTILS)
+    extra = utils.generate_block_hash_extra_keys
+    if "generate_block_hash_extra_keys" in copies:
+        extra = copies.pop("generate_block_hash_extra_keys")
+    extra = rebound(extra, **copies)
+    return rebound(utils.get_request_block_hasher, generate_block_hash_extra_keys=extra)
+
+
+def lora_name_only(inst: Any) -> None:
+    inst.hasher_factory = _hasher(_gen_lora_extra_hash_keys=edited_copy(LORA_NAME_ONLY))
+
+
+def salt_not_hashed(inst: Any) -> None:
+    inst.hasher_factory = _hasher(generate_block_hash_extra_keys=edited_copy(SALT_NOT_HASHED))

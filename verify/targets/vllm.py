@@ -57,9 +57,11 @@ RARE_ASYNC_LOAD = "asynchronous KV load landed"
 RARE_LOAD_HIT = "KV load on top of a prefix hit"
 RARE_LOAD_AFTER_FINISH = "KV load landed after its request finished"
 RARE_LOAD_AFTER_PREEMPT = "KV load landed after a preemption"
+RARE_SALT_HIT = "prefix hit under a cache salt"
+RARE_LORA_HIT = "prefix hit under a LoRA adapter"
 RARE_STATES = (RARE_HIT_FULL_POOL, RARE_RECLAIMED, RARE_PREEMPT_HIT, RARE_RESET_LOAD,
                RARE_SYNC_LOAD, RARE_ASYNC_LOAD, RARE_LOAD_HIT, RARE_LOAD_AFTER_FINISH,
-               RARE_LOAD_AFTER_PREEMPT)
+               RARE_LOAD_AFTER_PREEMPT, RARE_SALT_HIT, RARE_LORA_HIT)
 
 # Bugs of the pinned release the default still reports, each with its write-up; CI's
 # campaigns steer clear of them (`VllmTarget(avoid_known=True)`), and a failure that goes
@@ -190,6 +192,10 @@ class _Api:
         except ImportError:  # older releases kept their configs in vllm.config
             pass
         self.hash_fn: Callable[[Any], Any] = hashing.sha256
+        try:
+            self.lora_request: Any = importlib.import_module("vllm.lora.request").LoRARequest
+        except ImportError:  # pragma: no cover - every supported release has it
+            self.lora_request = None
         if hasattr(self.utils, "init_none_hash"):  # since about 0.9
             self.utils.init_none_hash(self.hash_fn)
 
@@ -251,6 +257,10 @@ class VllmInstance:
         self.hashed_upto: dict[str, int] = {}
         self.mgr = self._build_manager(a)
         self._alloc_params = inspect.signature(self.mgr.allocate_slots).parameters
+        # How requests are hashed (a test may put a patched copy of vLLM's hasher here).
+        self.hasher_factory: Callable[..., Any] | None = getattr(
+            a.utils, "get_request_block_hasher", None)
+        self.block_tenant: dict[int, str | None] = {}  # block -> cache salt of its writer
         self._takes_hit_length = "num_new_computed_tokens" in self._alloc_params
         self.pool = PoolView(a.utils, self.mgr, cfg)
         if swa_manager_class is not None:
@@ -326,12 +336,17 @@ class VllmInstance:
         a = self.api
         sp = a.sampling.SamplingParams(max_tokens=self.cfg.max_model_len)
         # Before about 0.10 the manager hashed requests itself.
-        hasher = a.utils.get_request_block_hasher(self.cfg.block_size, a.hash_fn) \
-            if hasattr(a.utils, "get_request_block_hasher") else None
+        hasher = self.hasher_factory(self.cfg.block_size, a.hash_fn) \
+            if self.hasher_factory is not None else None
+        ident = req.identity
+        lora = None
+        if ident.adapter is not None:
+            name, lora_id, path = ident.adapter
+            lora = a.lora_request(lora_name=name, lora_int_id=lora_id, lora_path=path)
         kwargs = _accepted(a.request.Request.__init__, request_id=req.rid,
                            prompt_token_ids=list(req.tokens), sampling_params=sp,
                            pooling_params=None, block_hasher=hasher, eos_token_id=None,
-                           arrival_time=0.0)
+                           arrival_time=0.0, cache_salt=ident.salt, lora_request=lora)
         return a.request.Request(**kwargs)
 
     def step(self, op: Op) -> None:
@@ -343,7 +358,10 @@ class VllmInstance:
                 self.stats.hit("no_request")
             else:
                 self.vreqs[req.rid] = self._vllm_request(req)
-                self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [])
+                # An adapter's weights change every token's KV; a salt changes none.
+                adapter = req.identity.adapter
+                root = self.prefix.rooted(None if adapter is None else ("lora", adapter[2]))
+                self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [], root)
                 # vLLM hashes a prompt on arrival: what each hash stands for is known from
                 # then on, so a block cached under it before it is written is caught.
                 self._learn_hashes(req.rid)
@@ -545,6 +563,7 @@ class VllmInstance:
                 if table[b] != null:
                     self.stamps.write(list(table), max(lo, b * bs), min(hi, (b + 1) * bs),
                                       ids, g, bs)
+                    self.block_tenant[table[b]] = req.identity.salt
 
     def _land(self, req: Request) -> None:
         """An asynchronous load completes: its tokens are written, and the scheduler
@@ -602,6 +621,8 @@ class VllmInstance:
                                        f"{'missing' if b >= len(table) else 'the null block'}: "
                                        f"table {list(table)}")
             self.stamps.write(list(table), start, end, ids, g, bs)
+            for b in range(start // bs, (end - 1) // bs + 1):
+                self.block_tenant[table[b]] = req.identity.salt
         req.computed = end
         vreq.num_computed_tokens = end
         self._learn_hashes(req.rid)
@@ -671,6 +692,19 @@ class VllmInstance:
         """Every block of a prefix-cache hit holds the request's own tokens (the SWA
         group's null blocks stand for tokens it will not read)."""
         ids = self.prefix_ids[req.rid]
+        salt = req.identity.salt
+        for g, table in enumerate(tables):
+            for block in table:  # the tenant boundary first, whatever the data says
+                owner = self.block_tenant.get(block, salt)
+                if block != self.pool.null_id and owner != salt:
+                    raise CheckFailure("isolation failure", f"{req.rid} (cache salt "
+                                       f"{salt!r}) hits block {block} of group {g}, written "
+                                       f"by a request of cache salt {owner!r}: one tenant "
+                                       "reads another's KV")
+        if salt is not None:
+            self.stats.hit(RARE_SALT_HIT)
+        if req.identity.adapter is not None:
+            self.stats.hit(RARE_LORA_HIT)
         for g, table in enumerate(tables):
             bs = self.cfg.group_block_size(g)
             for b, block in enumerate(table):
