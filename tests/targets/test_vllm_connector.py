@@ -22,6 +22,7 @@ from kvpocket.verify.targets.vllm import (
     RARE_LOAD_AFTER_PREEMPT,
     RARE_LOAD_HIT,
     RARE_RESET_LOAD,
+    RARE_SALT_HIT,
     RARE_SYNC_LOAD,
     vllm_available,
 )
@@ -116,3 +117,34 @@ def test_a_bug_planted_in_a_copy_of_vllm_is_found_by_the_default_budget(
     assert f is not None and f.check in checks, (report.examples, f)
     assert len(f.ops) <= 8, [str(op) for op in f.ops]
     run_ops(target(avoid_known=True), cfg, f.ops)  # vLLM as installed passes the same ops
+
+
+# Identity (issue 37): the same prompt under two adapters of one name (different weights),
+# and under two tenants' salts. vLLM hashes the adapter's name and path and the salt; a
+# patched copy of its hashing that leaves either out shares blocks across them.
+ADAPTERS = [Op("arrive", (0, 4, 0, 3)), Op("schedule", (0, 4, 1)), Op("finish", (0,)),
+            Op("arrive", (0, 4, 1, 4)), Op("schedule", (0, 4, 1))]
+SALTS = [Op("arrive", (0, 4, 0, 0)), Op("schedule", (0, 4, 1)), Op("finish", (0,)),
+         Op("arrive", (0, 4, 1, 1)), Op("schedule", (0, 4, 1))]
+
+
+@pytest.mark.parametrize(("ops", "bug", "checks"), [
+    (ADAPTERS, "lora_name_only", {"data", "pool"}),
+    (SALTS, "salt_not_hashed", {"isolation failure"})])
+def test_a_hit_across_adapters_or_salts_is_found_in_a_patched_copy_of_the_hashing(
+        ops: list[Op], bug: str, checks: set[str]) -> None:
+    import vllm_planted
+
+    cfg = PRESETS["full"]
+    reached = run_ops(target(), cfg, ops)  # vLLM as installed keeps them apart
+    assert not reached.get("prefix_hit")
+    with pytest.raises(CheckFailure) as failed:
+        run_ops(target(on_build=getattr(vllm_planted, bug)), cfg, ops)
+    assert failed.value.check in checks, failed.value
+
+
+def test_a_hit_under_one_salt_is_counted_and_passes() -> None:
+    ops = [Op("arrive", (0, 4, 0, 1)), Op("schedule", (0, 4, 1)), Op("finish", (0,)),
+           Op("arrive", (0, 4, 1, 1)), Op("schedule", (0, 4, 1))]
+    reached = run_ops(target(), PRESETS["full"], ops)
+    assert reached["prefix_hit"] == 1 and reached[RARE_SALT_HIT] == 1
