@@ -243,6 +243,7 @@ class VllmInstance:
         self.kv_view = ConsumerView()
         self.loads: list[Request] = []  # asynchronous loads in flight, oldest first
         self.load_range: dict[str, tuple[int, int]] = {}  # request -> tokens it loads
+        self.preempted_at: dict[str, int] = {}  # request -> order of its last preemption
         self.requests = Requests(cfg.shape())
         self.vreqs: dict[str, Any] = {}
         self.stamps = StampArray(cfg.num_blocks, max(map(cfg.group_block_size,
@@ -410,8 +411,11 @@ class VllmInstance:
 
     def _load(self, index: int, tokens: int, delay: int) -> None:
         """Admit the `index`-th waiting request (modulo their number) with a KV load."""
-        waiting = [r for r in self.requests.live
-                   if not (r.running or r.loading or r.computed)]
+        # vLLM's waiting queue: preempted requests go back to its front (the latest
+        # first), before the requests that never ran.
+        waiting = sorted((r for r in self.requests.live
+                          if not (r.running or r.loading or r.computed)),
+                         key=lambda r: -self.preempted_at.get(r.rid, -1))
         if not waiting:
             self.stats.hit("no_waiting_request")
             return
@@ -641,6 +645,7 @@ class VllmInstance:
         vreq.num_computed_tokens = 0
         if hasattr(vreq, "num_preemptions"):
             vreq.num_preemptions += 1
+        self.preempted_at[req.rid] = len(self.preempted_at) + 1
         self.stats.hit("preempted")
 
     def _finish(self, req: Request) -> None:

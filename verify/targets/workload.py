@@ -52,7 +52,8 @@ class Op:
     under load, as weight updates do it); `again(index, tokens)`: a new request re-sending
     the prompt of an earlier arrival (the `index`-th, modulo their number), whose blocks
     may have been evicted since, admitted at once with a first chunk of up to `tokens`;
-    `load(req, tokens, delay)`: admit the `req`-th waiting request (modulo their number)
+    `load(req, tokens, delay)`: admit the `req`-th waiting request (modulo their number,
+    in the engine's waiting order)
     with up to `tokens` tokens
     past its prefix-cache hit computed elsewhere (a KV connector's load): at once when
     `delay` is 0, else asynchronously, the load completing `delay` scheduler steps later
