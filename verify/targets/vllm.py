@@ -35,12 +35,13 @@ from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm_eventlog import EventLogWriter, check_event_log
 from kvpocket.verify.targets.vllm_events import ConsumerView, check_kv_events
 from kvpocket.verify.targets.vllm_pool import PoolView, check_pool
-from kvpocket.verify.targets.workload import Op, Request, Requests
+from kvpocket.verify.targets.workload import Identity, Op, Request, Requests
 
 # Counted once per example whose event log is not checked: groups of different block sizes,
 # or a KV connector load (the kvpocket model has no tokens computed elsewhere).
 TRACE_OFF_MIXED = "trace_off: groups of different block sizes"
 TRACE_OFF_LOADS = "trace_off: KV connector loads"
+TRACE_OFF_IDENTITY = "trace_off: a cache salt or LoRA adapter"
 # vLLM's served default caches a sliding-window group's blocks sparsely (only those a later
 # hit can use); the kvpocket model caches every full block it commits.
 TRACE_OFF_SPARSE = "trace_off: sparse sliding-window retention"
@@ -287,13 +288,14 @@ class VllmInstance:
         if on_build is not None:  # a test's patched copy of one of vLLM's classes
             on_build(self)
 
-    def _trace_off_for_loads(self) -> None:
-        """A KV connector load: the kvpocket model has no tokens computed elsewhere, so
-        the event log stops here and is not checked (the other checks go on)."""
+    def _trace_off(self, reason: str) -> None:
+        """What the kvpocket model cannot express (a KV connector load: no tokens
+        computed elsewhere; an identity: its keys are the tokens alone): the event log stops
+        here and is not checked (the other checks go on)."""
         if self.tracing:
             self.tracing = False
             if self.trace_check != "off":
-                self.stats.hit(TRACE_OFF_LOADS)
+                self.stats.hit(reason)
 
     def _build_manager(self, a: _Api) -> Any:
         cfg = self.cfg
@@ -359,6 +361,8 @@ class VllmInstance:
                 self.stats.hit("no_request")
             else:
                 self.vreqs[req.rid] = self._vllm_request(req)
+                if req.identity != Identity():
+                    self._trace_off(TRACE_OFF_IDENTITY)
                 # An adapter's weights change every token's KV; a salt changes none.
                 adapter = req.identity.adapter
                 root = self.prefix.rooted(None if adapter is None else ("lora", adapter[2]))
@@ -505,7 +509,7 @@ class VllmInstance:
         delay = delay if ext else 0
         n = 0 if delay else max(1, min(budget, len(req.tokens) - hit - ext))
         if ext:
-            self._trace_off_for_loads()
+            self._trace_off(TRACE_OFF_LOADS)
         if self.tracing:
             self.events.before(req, ids, hashes)
         self.stats.hit(SCHEDULER_STEP)
