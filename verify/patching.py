@@ -193,3 +193,27 @@ def missing_bugs(extra: Mapping[str, Any]) -> list[str]:
     """The bugs a trace was recorded with that are not switched on now."""
     on = set(active_names())
     return [n for n in trace_bugs(extra) if n not in on]
+
+
+def edited_copy(edits: Iterable[SourceEdit], name: str = "planted") -> FunctionType:
+    """The function the edits (all on one target) make, compiled in a copy of its module's
+    namespace and put nowhere: a patched copy of a third-party engine's method, which a
+    test installs on a subclass of one object's class (the engine's files and classes stay
+    as installed)."""
+    edits = list(edits)
+    targets = {e.target for e in edits}
+    if len(targets) != 1:
+        raise PatchError(f"edited_copy: the edits name {len(targets)} targets, expected one")
+    target = targets.pop()
+    _, _, original = _resolve(target)
+    return _compile(target, original, [(name, e) for e in edits], {})
+
+
+def rebound(fn: FunctionType, **names: Any) -> FunctionType:
+    """`fn`'s code over a copy of its module's globals with `names` replaced: a copy of
+    an engine's function that calls patched copies (`edited_copy`) of the ones it names."""
+    namespace = dict(fn.__globals__)
+    namespace.update(names)
+    out = FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__kwdefaults__ = fn.__kwdefaults__
+    return out

@@ -120,3 +120,40 @@ def test_a_targets_presets_are_listed_without_the_engine(
     assert main(["fuzz", "--target", "nope", "--list-configs"]) == 2
     out, err = capsys.readouterr()
     assert not out and "argument --target" in err and "vllm" in err
+
+
+class BlockStored:  # the KV events' shapes, by name, as a router decodes them
+    def __init__(self, hashes: list[int], group: int = 0) -> None:
+        self.block_hashes, self.group_idx = hashes, group
+
+
+class BlockRemoved(BlockStored):
+    pass
+
+
+class AllBlocksCleared:
+    pass
+
+
+def test_a_router_s_view_counts_copies_and_forgets_on_clear() -> None:
+    from kvpocket.verify.targets.base import CheckFailure
+    from kvpocket.verify.targets.vllm_events import ConsumerView
+
+    view = ConsumerView()
+    view.apply([BlockStored([1, 2]), BlockStored([2]), BlockStored([2], group=1)])
+    assert view.blocks == {(0, 1): 1, (0, 2): 2, (1, 2): 1}
+    view.apply([BlockRemoved([2])])
+    assert view.blocks[(0, 2)] == 1 and view.removed_now == 1 and (0, 2) in view.ever_removed
+    view.apply([AllBlocksCleared()])
+    assert not view.blocks
+    with pytest.raises(CheckFailure, match="no BlockStored announced"):
+        view.apply([BlockRemoved([7])])
+
+
+def test_again_re_sends_an_earlier_prompt() -> None:
+    reqs = Requests(SHAPE)
+    assert reqs.again(0) is None
+    first = reqs.new(0, 3, 2)
+    reqs.remove(first)
+    again = reqs.again(5)
+    assert again is not None and again.tokens == first.tokens and again.rid != first.rid

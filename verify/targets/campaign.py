@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import target as steer
 
 from kvpocket.verify.targets.base import SCHEDULER_STEP, CheckFailure, Target, TargetConfig
 from kvpocket.verify.targets.registry import load_target
@@ -55,6 +56,11 @@ class TargetReport:
     seconds: float = 0.0
     coverage: dict[str, int] = field(default_factory=dict)
     failure: TargetFailure | None = None
+    # The target's rare states (`Target.rare_states`): how often each was reached, the
+    # 1-based example that first reached it, and those never reached (coverage gaps).
+    rare_states: dict[str, int] = field(default_factory=dict)
+    first_reached: dict[str, int] = field(default_factory=dict)
+    coverage_gaps: list[str] = field(default_factory=list)
 
     @property
     def steps_per_second(self) -> float:
@@ -114,6 +120,7 @@ def run_campaign(target: Target, cfg: TargetConfig, *, examples: int, steps: int
     """`examples` examples of up to `steps` ops; stops at the first failure (shrunk).
     `show_progress`: examples and ops on stderr as it runs (`verify/terminal.py`)."""
     report = TargetReport(target.name, target.version(), cfg.name, campaign_seed)
+    rare = tuple(getattr(target, "rare_states", lambda _: ())(cfg))
     last: dict[str, Any] = {}
     target.build(cfg)  # imports the engine once, outside the measured time
     start = time.monotonic()
@@ -126,7 +133,7 @@ def run_campaign(target: Target, cfg: TargetConfig, *, examples: int, steps: int
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
               suppress_health_check=list(HealthCheck),
-              phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False)
+              phases=(Phase.generate, Phase.target, Phase.shrink), report_multiple_bugs=False)
     @seed(campaign_seed)
     @given(ops_strategy(cfg.shape(), steps))
     def example(ops: list[Op]) -> None:
@@ -138,6 +145,12 @@ def run_campaign(target: Target, cfg: TargetConfig, *, examples: int, steps: int
             raise
         for k, v in counts.items():
             report.coverage[k] = report.coverage.get(k, 0) + v
+        reached = [name for name in rare if counts.get(name)]
+        for name in reached:
+            report.first_reached.setdefault(name, report.examples)
+        # Steer generation toward examples that reach more rare states at once (as the
+        # model campaign does).
+        steer(float(len(reached)), label="distinct rare states")
 
     try:
         with line:
@@ -148,6 +161,8 @@ def run_campaign(target: Target, cfg: TargetConfig, *, examples: int, steps: int
         if out_dir is not None:
             write_reproducer(report, cfg, Path(out_dir))
     report.seconds = time.monotonic() - start
+    report.rare_states = {name: report.coverage.get(name, 0) for name in rare}
+    report.coverage_gaps = [name for name in rare if not report.coverage.get(name)]
     return report
 
 

