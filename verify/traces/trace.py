@@ -272,6 +272,11 @@ def _file_rows(path: Path, what: str) -> Iterator[Row]:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     raise TraceError(f"{path}:{lineno}: the {what} is not UTF-8 text") from None
+                if text.endswith("\r\n"):  # the digest is over the bytes as written
+                    raise TraceError(f"{path}:{lineno}: the line ends with CR LF (\\r\\n); "
+                                     f"the lines of {_a(what)} end with LF (\\n) alone "
+                                     "(convert it with dos2unix, or write it with "
+                                     "newline='\\n')")
                 yield lineno, text.rstrip("\r\n"), text.endswith("\n")
         except OSError as exc:
             raise TraceError(f"{path}:{lineno + 1}: cannot read the {what} ({exc.strerror})"
