@@ -317,3 +317,22 @@ def test_replay_takes_every_failure_trace(tmp_path: Path,
     clean = [str(REGRESSIONS / f"migration-during-park-{p}.jsonl") for p in ("pin", "revalidate")]
     assert main(["replay", *clean]) == 0  # fixed: every trace replays clean
     assert capsys.readouterr().out.count("implementation and model agree") == 2
+
+
+def test_running_out_of_memory_is_no_finding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A MemoryError inside a step is the machine's limit, not "the implementation
+    crashed": exit 2, no failure trace written."""
+    from kvpocket.verify.conformance import lockstep
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(lockstep, "call_impl", out_of_memory)
+    monkeypatch.chdir(tmp_path)
+    code = main(["fuzz", "--config", "tiny", "--examples", "5", "--no-progress",
+                 "--out", str(tmp_path / "o")])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert "MemoryError" in err and "not a finding" in err and "crashed" not in out + err
+    assert not list((tmp_path / "o").glob("failure-*"))
