@@ -221,12 +221,20 @@ def watch_parent() -> None:
     the parent's id, which changes when the parent dies (the orphan is adopted), and
     ends the worker with status 143. (The pools that call this start their workers from
     the main thread, which PR_SET_PDEATHSIG watches.)"""
-    parent = os.getppid()
+    # The parent that started this worker, as recorded when it was started: the parent
+    # may already have died while the worker imported (then getppid() is the adopter's)
+    import multiprocessing
+
+    started_by = multiprocessing.parent_process()
+    parent = started_by.pid if started_by is not None and started_by.pid else os.getppid()
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             import ctypes
 
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    if os.getppid() != parent:  # gone before the death signal was asked for
+        os._exit(EXIT_TERMINATED)
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -211,7 +211,15 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
 
 
-def _poll(condition: object, what: str) -> None:
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:80] + " " + \
+            Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _poll(condition: object, what: object) -> None:
     for _ in range(POLLS):
         if condition():  # type: ignore[operator]
             return
@@ -245,9 +253,15 @@ def _workers_started(proc: subprocess.Popen[str], n: int) -> set[int]:
     return _children(proc.pid)
 
 
+# Work that keeps each worker busy for far longer than the polls' bound: a worker that
+# outlived its parent would still be running when the bound is reached (and one that
+# finished its task first and noticed the broken pipe could not pass for a clean stop).
 SLOW_CAMPAIGNS = {
-    "fuzz": ["fuzz", "--workers", "2", "--minutes", "30", "--out", "o", "--no-progress"],
-    "prove": ["prove", "--workers", "2", "--out", "cex"],
+    "fuzz": ["fuzz", "--config", "tiny", "--workers", "2", "--examples", "4000000",
+             "--out", "o", "--no-progress"],
+    "matrix": ["fuzz", "--workers", "2", "--minutes", "30", "--out", "o", "--no-progress"],
+    "prove": ["prove", "--workers", "2", "--depth", "30", "--page-depth", "30",
+              "--out", "cex"],
 }
 
 
@@ -262,7 +276,8 @@ def test_a_killed_campaign_leaves_no_worker(command: str, sig: int, tmp_path: Pa
         workers = _workers_started(proc, 2)
         os.kill(proc.pid, sig)
         proc.wait(timeout=POLLS * POLL_S)
-        _poll(lambda: not any(_alive(w) for w in workers), f"workers {workers} gone")
+        _poll(lambda: not any(_alive(w) for w in workers),
+              f"workers gone: {[(w, _state(w)) for w in workers]}")
         err = proc.stderr.read() if proc.stderr else ""
         if sig == signal.SIGTERM:  # the parent stops its pool: quietly
             assert proc.returncode == 143 and "Traceback" not in err, err
