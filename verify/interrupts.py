@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import ctypes
 import gc
+import multiprocessing
 import os
 import signal
 import sys
@@ -223,14 +225,10 @@ def watch_parent() -> None:
     the main thread, which PR_SET_PDEATHSIG watches.)"""
     # The parent that started this worker, as recorded when it was started: the parent
     # may already have died while the worker imported (then getppid() is the adopter's)
-    import multiprocessing
-
     started_by = multiprocessing.parent_process()
     parent = started_by.pid if started_by is not None and started_by.pid else os.getppid()
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
-            import ctypes
-
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
     if os.getppid() != parent:  # gone before the death signal was asked for

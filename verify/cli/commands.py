@@ -417,6 +417,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _load_for_replay(path: str, args: argparse.Namespace
                      ) -> tuple[Trace, str, list[str], dict[str, Any]]:
     """A trace, its backend, its seeded bugs and spec overrides; a usage error names it."""
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
     from kvpocket.verify.conformance.replay import recorded_overrides
 
     try:

@@ -20,11 +20,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from kvpocket.model.config import strict_loads
 from kvpocket.verify.targets.base import SCHEDULER_STEP, CheckFailure, Target, TargetConfig
 from kvpocket.verify.targets.registry import load_target
 from kvpocket.verify.targets.workload import Op, ops_strategy
 from kvpocket.verify.traces.trace import unused_path, write_atomic
-from kvpocket.verify.usage import strict_loads
 
 DEFAULT_STEPS = 40
 REPRODUCER_VERSION = 1

@@ -41,12 +41,19 @@ from typing import Any, TextIO, cast
 
 from kvpocket.model import errors as model_errors
 from kvpocket.model.api import API, CLASH, CLASH_LABELS, HIT, REUSE, Param
-from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
+from kvpocket.model.config import (
+    ConfigError,
+    JsonValueError,
+    KVConfig,
+    PocketPolicy,
+    huge_int_message,
+    strict_loads,
+)
 from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS
 from kvpocket.verify.traces.alphabet import api_form, check_params, trace_params
-from kvpocket.verify.usage import CliError, JsonValueError, huge_int_message, strict_loads
+from kvpocket.verify.usage import CliError
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
