@@ -1,7 +1,6 @@
 """What `kvpocket trace check` says about an independent manager's log: an illegal choice
-is named as such (with why, and the history of its own location), pops within one event
-are labelled by the pocket as that event changes it, the lru profile explains a pop of
-a newer entry, and the verdict counts what it checked in the right words."""
+is named as such (with why, and the history of its own location), the lru profile
+explains a pop of a newer entry, and the verdict counts what it checked in the right words."""
 
 from __future__ import annotations
 
@@ -9,10 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from kvpocket.model.executor import Step
-from kvpocket.model.state import State
 from kvpocket.verify.presets import preset
 from kvpocket.verify.traces import tracecheck
 from kvpocket.verify.traces.record import record
@@ -46,31 +41,6 @@ def test_a_locked_victim_is_an_illegal_choice_not_a_different_result() -> None:
     assert "the page at [0, 0, 1] in the model is LOCKED" in v.report
     history = v.report.split("history of the locations involved ([0, 0, 1];")[1]
     assert "line 4: resize" in history and "allocate [0, 0, 1]" in history
-
-
-def test_a_pop_within_the_event_that_parked_is_labelled_by_its_page(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decode step parks the block that left the window and pops it for the new block:
-    the pocket was empty before the event, so the pop's page is the one just parked
-    (read off the pocket before the event, it was none, and the pop left no history)."""
-    path = tmp_path / "log.ndjson"
-    record(preset("tiny"), 300, 0, path)
-    real = EventChecker._touched
-    seen: list[tuple[int, int]] = []  # (pops run, pops shown with a location)
-
-    def touched(self: EventChecker, pre: State, post: State, steps: list[Step]
-                ) -> tracecheck.Touched:
-        out = real(self, pre, post, steps)
-        pops = sum(st.action == "pop" for st in steps)
-        shown = sum(str(text).startswith("pop [") and bool(locs) for text, locs in out)
-        seen.append((pops, shown))
-        return out
-
-    monkeypatch.setattr(EventChecker, "_touched", touched)
-    v = check_events(parse_events(path.read_text().splitlines(), allow_unterminated=False))
-    assert v.ok, v.report
-    assert sum(p for p, _ in seen) > 0
-    assert all(p == s for p, s in seen), [x for x in seen if x[0] != x[1]][:5]
 
 
 def _lru_pop_of_a_newer_entry(tmp_path: Path) -> list[str]:
