@@ -7,7 +7,10 @@ different experiment.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import sys
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from functools import cached_property
@@ -483,6 +486,55 @@ class FieldSetError(ConfigError):
     def __init__(self, field_name: str, message: str) -> None:
         ValueError.__init__(self, message)
         self.field_name, self.allowed, self.got = field_name, message, None
+
+
+# ---- reading JSON that a user writes once (a configuration file, a header) ------------
+
+class JsonValueError(ValueError):
+    """A JSON text that parses but says something twice or cannot be read as a number
+    (the caller adds the file and line)."""
+
+
+_LONG_INT = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*\[?[\s\d,-]*?-?(\d{20,})')
+
+
+def huge_int_message(text: str) -> str:
+    """What to say of a JSON text holding an integer beyond Python's int-string limit
+    (`json.loads` raises a bare ValueError): its length and, where it is a field's value
+    (or in a field's list), the field."""
+    for m in _LONG_INT.finditer(text):
+        if len(m.group(2)) > sys.get_int_max_str_digits():
+            return (f"field \"{m.group(1)}\": an integer of {len(m.group(2))} digits is out "
+                    "of range (a signed 64-bit value is expected)")
+    return (f"an integer of more than {sys.get_int_max_str_digits()} digits is out of range "
+            "(a signed 64-bit value is expected)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise JsonValueError(f"the key {json.dumps(key)} is given twice in one object "
+                                 "(which one is meant?)")
+        out[key] = value
+    return out
+
+
+def strict_loads(text: str) -> Any:
+    """`json.loads` for what a user writes once and kvpocket reads as a whole (a
+    configuration file, a header, a reproducer): a key given twice in one object raises
+    `JsonValueError`, and so does an integer beyond Python's int-string limit (its field
+    named); bad JSON raises `json.JSONDecodeError` as usual. Integers up to that limit
+    are returned, for the field's own check to name the field and its range. (Event
+    lines, read by the million, keep the plain parser: see `huge_int_message`.)"""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except JsonValueError:
+        raise
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # Python's int-string limit
+        raise JsonValueError(huge_int_message(text)) from None
 
 
 # ---- what a run would build: estimated, and refused, before anything is built -------------

@@ -62,7 +62,7 @@ fuzz_status=0 prove_status=0
 echo "== fuzz: kvpocket fuzz ${config[*]} ${budget[*]} --workers $workers (progress on stderr)"
 kvpocket fuzz "${config[@]}" "${budget[@]}" --workers "$workers" \
   --json "$out/fuzz.json" --out "$out" || fuzz_status=$?
-if [ "$fuzz_status" -ne 2 ] && [ "$fuzz_status" -ne 130 ]; then  # a usage error or Ctrl-C: stop
+if [ "$fuzz_status" -ne 2 ] && [ "$fuzz_status" -ne 130 ] && [ "$fuzz_status" -ne 143 ]; then  # stop
   echo "== prove: kvpocket prove (each cell's phases on stderr as they start)"
   kvpocket prove --json "$out/prove.json" --out "$out/prove" || prove_status=$?
 fi
@@ -79,6 +79,6 @@ echo "reports: ${reports[*]}"
 verdict_status=0
 kvpocket verdict "${reports[@]}" || verdict_status=$?
 for s in "$fuzz_status" "$prove_status"; do  # a status no report shows (2, 130) wins
-  case "$s" in 2|130) exit "$s" ;; esac
+  case "$s" in 2|130|143) exit "$s" ;; esac
 done
 exit "$verdict_status"

@@ -14,11 +14,13 @@ EXIT_USAGE = 2  # a usage error: a bad option, config or file (the message names
 # Nothing was found, but the check did not run to its end: an obligation Z3 could not
 # decide within its resource limit, a timed campaign that ran short of its plan.
 EXIT_INCOMPLETE = 3
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: the report covers the part that ran
+EXIT_INTERRUPTED = 130  # Ctrl-C: the report covers the part that ran
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15): the same path as Ctrl-C
 
-SEVERITY = (EXIT_OK, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_USAGE, EXIT_FOUND)
+SEVERITY = (EXIT_OK, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, EXIT_FOUND)
 NAMES = {EXIT_OK: "clean", EXIT_FOUND: "bug found", EXIT_USAGE: "usage error",
-         EXIT_INCOMPLETE: "incomplete", EXIT_INTERRUPTED: "interrupted"}
+         EXIT_INCOMPLETE: "incomplete", EXIT_INTERRUPTED: "interrupted",
+         EXIT_TERMINATED: "terminated"}
 
 
 def worst(codes: Iterable[int]) -> int:

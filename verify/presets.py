@@ -15,9 +15,9 @@ from kvpocket.model.config import (
     PocketConfig,
     PocketPolicy,
     full_life_cycle,
+    strict_loads,
     swa_life_cycle,
 )
-from kvpocket.verify.usage import strict_loads
 
 
 @dataclass(frozen=True)

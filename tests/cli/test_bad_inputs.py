@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kvpocket.model import config
 from kvpocket.verify.cli.commands import main
 from kvpocket.verify.presets import preset
 from kvpocket.verify.traces.record import record
@@ -163,11 +164,67 @@ def make_files(d: Path) -> None:
                                                     f'"params": {{"seq": 0, "capacity": {2**40}'
                                                     ', "history": 0}}'])
     files["trace-long-line.jsonl"] = _trace_header() + "\n" + "[" * (4 * 1024 * 1024 + 1)
+    # hardening III: sizes bounded where they are read, values and fields stated once
+    files.update(_hardening_iii_files(body))
     for name, content in files.items():
         if isinstance(content, bytes):
             (d / name).write_bytes(content)
         else:
             (d / name).write_text(content)
+
+
+def _config(**over: object) -> dict[str, object]:
+    """The tiny preset's complete configuration with fields replaced ("window" and
+    "sink_tokens" go to its life cycle, "pocket" replaces the pocket)."""
+    cfg = preset("tiny").to_json()
+    for key, value in over.items():
+        if key in ("window", "sink_tokens"):
+            cfg["life_cycles"][0][key] = value
+        else:
+            cfg[key] = value
+    return cfg
+
+
+DIGITS = "9" * 5000  # beyond Python's int-string limit (4,300 digits)
+
+
+def _hardening_iii_files(body: list[str]) -> dict[str, str]:
+    cfg_text = json.dumps(_config())
+    no_enabled = _config(pocket={"capacity": 2, "policy": "unsafe", "evict_parked": "drop"})
+    out = {
+        "cfg-window-1e30.json": json.dumps(_config(window=10**30)),
+        "cfg-window-2e63.json": json.dumps(_config(window=2**63)),
+        "cfg-sinks-1e20.json": json.dumps(_config(sink_tokens=10**20)),
+        "cfg-slots-3x2e24.json": json.dumps(_config(slots_per_level=[2**24] * 3, max_pages=0)),
+        "cfg-t4096.json": json.dumps(_config(tokens_per_block=4096)),
+        "cfg-seqs-2e20.json": json.dumps(_config(num_sequences=2**20, max_pages=0)),
+        "cfg-digits.json": cfg_text.replace('"max_blocks": 16', f'"max_blocks": {DIGITS}'),
+        "cfg-dup-key.json": cfg_text[:-1] + ', "order": "lru"}',
+        "cfg-no-enabled.json": json.dumps(no_enabled),
+        "cfg-valid.json": cfg_text,
+        "header-window-1e30.ndjson": _terminated([_event_header(config=_config(window=10**30)),
+                                                  CREATE]),
+        "header-window-2e63.ndjson": _terminated([_event_header(config=_config(window=2**63)),
+                                                  CREATE]),
+        "header-version-99.ndjson": _terminated([_event_header(kvpocket_trace=99), CREATE]),
+        "header-policy.ndjson": _terminated([_event_header(policy="sometimes"), CREATE]),
+        "header-dup-key.ndjson": _terminated([_event_header()[:-1] + ', "kind": "events"}',
+                                              CREATE]),
+        "event-digits.ndjson": _terminated([body[0], '{"action": "resume", "params": '
+                                            f'{{"seq": {DIGITS}}}}}']),
+        "header-digits.ndjson": _terminated([_event_header(config=json.loads(
+            cfg_text.replace('"max_blocks": 16', '"max_blocks": 0'))).replace(
+                '"max_blocks": 0', f'"max_blocks": {DIGITS}'), CREATE]),
+        "crlf.ndjson": "".join(ln + "\r\n" for ln in with_end_marker(body)),
+        "trace-window-2e63.jsonl": _terminated([_trace_header(config=_config(window=2**63)),
+                                                CREATE.replace('"seq": 3', '"seq": 0')]),
+        "trace-seed-digits.jsonl": _terminated([_trace_header()[:-1] + f', "seed": {DIGITS}}}',
+                                                CREATE.replace('"seq": 3', '"seq": 0')]),
+        "trace-seqs-2e20.jsonl": _terminated([_trace_header(config=_config(
+            num_sequences=2**20, max_pages=0)), CREATE.replace('"seq": 3', '"seq": 0')]),
+        "repro-digits.json": '{"kvpocket_target_reproducer": ' + DIGITS + "}",
+    }
+    return out
 
 
 # ---- the table ------------------------------------------------------------------------
@@ -382,6 +439,59 @@ CASES = [
     # -- the lower bound of --examples checks something
     case("fuzz --examples 1", "--examples", "[2, "),
     case("fuzz --config tiny --examples 1", "--examples", "[2, "),
+    # -- hardening III: every integer bounded where it is read (config files, headers,
+    #    events, reproducers), sizes estimated before anything is built
+    case("fuzz --config {d}/cfg-window-1e30.json", "cfg-window-1e30.json",
+         "'life_cycles[0].window'", "[1, 2**32]"),
+    case("fuzz --config {d}/cfg-window-2e63.json", "'life_cycles[0].window'", "2**32"),
+    case("fuzz --config {d}/cfg-sinks-1e20.json", "'life_cycles[0].sink_tokens'", "2**32"),
+    case("trace record --out {d}/existing.json --config {d}/cfg-window-2e63.json",
+         "'life_cycles[0].window'"),
+    case("spec --config {d}/cfg-window-1e30.json", "'life_cycles[0].window'"),
+    case("prove --config {d}/cfg-sinks-1e20.json", "'life_cycles[0].sink_tokens'"),
+    case("fuzz --config {d}/cfg-slots-3x2e24.json", "'slots_per_level' is too large",
+         "checks per example", "the limit is 1,048,576"),
+    case("fuzz --config {d}/cfg-t4096.json", "'tokens_per_block' is too large", "GiB",
+         "the limit is 8.0 GiB"),
+    case("fuzz --config {d}/cfg-seqs-2e20.json", "'num_sequences' is too large",
+         "checks per example"),
+    case("fuzz --config {d}/cfg-digits.json", "field \"max_blocks\"", "5000 digits"),
+    case("trace record --out {d}/existing.json --config {d}/cfg-digits.json", "5000 digits"),
+    case("trace check {d}/valid.ndjson --config {d}/cfg-digits.json", "5000 digits"),
+    case("trace check {d}/header-window-1e30.ndjson", ":1:", "'life_cycles[0].window'"),
+    case("trace check {d}/header-window-2e63.ndjson", ":1:", "'life_cycles[0].window'"),
+    case("trace check {d}/header-digits.ndjson", ":1:", "\"max_blocks\"", "5000 digits"),
+    case("trace check {d}/event-digits.ndjson", ":2:", "\"seq\"", "5000 digits"),
+    case("replay {d}/trace-window-2e63.jsonl", ":1:", "'life_cycles[0].window'"),
+    case("replay {d}/trace-seed-digits.jsonl", ":1:", "\"seed\"", "5000 digits"),
+    case("replay {d}/trace-seqs-2e20.jsonl", "'num_sequences' is too large"),
+    case("fuzz --target vllm --replay {d}/repro-digits.json", "--replay", "5000 digits"),
+    # -- values: a key given twice, a policy of no name, a missing field of a config file
+    case("fuzz --config {d}/cfg-dup-key.json", "\"order\" is given twice"),
+    case("trace check {d}/header-dup-key.ndjson", ":1:", "\"kind\" is given twice"),
+    case("trace check {d}/header-policy.ndjson", ":1:", "\"policy\"", "sometimes",
+         "revalidate, pin, unsafe"),
+    case("fuzz --config {d}/cfg-no-enabled.json", "missing: pocket.enabled (true or false)"),
+    case("trace record --out {d}/existing.json --config {d}/cfg-no-enabled.json",
+         "pocket.enabled"),
+    case("trace check {d}/valid.ndjson --config nosuch", "'nosuch' is no preset",
+         "two-level"),
+    case("fuzz --total-examples 1", "--total-examples", "[2, "),
+    # -- reports: the format version named, the line ending named, the article right
+    case("trace check {d}/header-version-99.ndjson", ":1:", "format version 99",
+         "version 1 only"),
+    case("trace check {d}/crlf.ndjson", ":1:", "CR LF"),
+    case("replay {d}/header-version-99.ndjson", ":1:", "format version 99"),
+    case("trace check {d}/header-key.ndjson", "the header of an event log has"),
+    # -- an output that is an input, or a folder made where an output file goes
+    case("trace record --config {d}/cfg-valid.json --out {d}/cfg-valid.json", "--out",
+         "the input given to --config"),
+    case("fuzz --json {d}/cfg-valid.json --config {d}/cfg-valid.json", "--json",
+         "the input given to --config"),
+    case("prove --json {d}/cfg-valid.json --config {d}/cfg-valid.json", "--json",
+         "the input given to --config"),
+    case("bench --suite smoke --json {d}/cwd/W/x --out {d}/cwd/W/x/..", "--out",
+         "would create the folder", "--json"),
 ]
 
 
@@ -408,6 +518,8 @@ def test_bad_input(c: Case, files: Path, capsys: pytest.CaptureFixture[str],
     import shlex
 
     monkeypatch.chdir(files / "cwd")
+    # the memory estimate's limit, the same on every machine (half of 16 GiB)
+    monkeypatch.setattr(config, "machine_memory", lambda: 16 << 30, raising=False)
     before = _snapshot(files)
     code = main(shlex.split(c.argv.format(d=files)))
     out, err = capsys.readouterr()
@@ -423,7 +535,7 @@ def test_bad_input(c: Case, files: Path, capsys: pytest.CaptureFixture[str],
 
 
 def test_the_table_is_large_enough() -> None:
-    assert len(CASES) >= 120
+    assert len(CASES) >= 190
     commands = {c.values[0].argv.split()[0] for c in CASES  # type: ignore[attr-defined]
                 if c.values[0].argv.split()[0] != "nope"}  # type: ignore[attr-defined]
     assert commands == {"spec", "fuzz", "replay", "trace", "prove", "mutants", "bench"}

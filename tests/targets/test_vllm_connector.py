@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kvpocket.verify.targets.base import CheckFailure
-from kvpocket.verify.targets.campaign import run_campaign, run_ops
+from kvpocket.verify.targets.campaign import known_bug, run_campaign, run_ops
 from kvpocket.verify.targets.cli import DEFAULT_EXAMPLES
 from kvpocket.verify.targets.vllm import (
     OPT_RETENTION,
@@ -91,7 +91,7 @@ def test_the_pinned_release_s_known_bug_is_reported_by_default_and_named() -> No
     with pytest.raises(CheckFailure, match="null block"):
         run_ops(target(), PRESETS[DEFAULT_CONFIG], KNOWN)
     run_ops(target(avoid_known=True), PRESETS[DEFAULT_CONFIG], KNOWN)  # steered clear of
-    named = target().known_bug(PRESETS[DEFAULT_CONFIG], KNOWN)
+    named = known_bug(target(), PRESETS[DEFAULT_CONFIG], KNOWN)
     assert named is not None and named.startswith("swa-async-load-last-token")
 
 

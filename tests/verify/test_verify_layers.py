@@ -28,6 +28,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("verify.cli.commands", "verify.targets"): HYPOTHESIS,
     ("verify.conformance.fuzz", "redis"): "optional: only for a redis:// database",
     ("verify.conformance.fuzz", "hypothesis.extra.redis"): "needs the optional redis package",
+    ("verify.cli", "verify.cli.commands"): "the console script's entry: a Ctrl-C while the "
+    "CLI loads is caught there (one line, never a traceback)",
     ("verify.interrupts", "z3"): "only when a Z3 run starts; campaigns import this module too",
     ("verify.proofs.prove", "rich"): RICH,
     ("verify.proofs.prove", "verify.proofs.parametric"): "the parametric engine, for --parametric",

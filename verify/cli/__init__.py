@@ -15,7 +15,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
+    try:  # the CLI itself, here: a Ctrl-C while it loads is caught below
         from kvpocket.verify.cli.commands import main as run
     except KeyboardInterrupt:
         sys.stderr.write("kvpocket: interrupted\n")
@@ -25,6 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def __getattr__(name: str) -> Any:
     if name in ("COMMANDS", "build_parser"):
+        # loaded on first use, for the same reason as `main`
         from kvpocket.verify.cli import commands
 
         return getattr(commands, name)

@@ -52,7 +52,7 @@ from kvpocket.verify.proofs.prove import add_prove_arguments
 from kvpocket.verify.quality.killmatrix import MAX_BUDGET_S, add_mutants_arguments, run_mutants
 from kvpocket.verify.quality.patches import BUGS, switched_on, unknown_bug
 from kvpocket.verify.traces.record import record
-from kvpocket.verify.traces.trace import TraceError, open_events, read_trace, write_atomic
+from kvpocket.verify.traces.trace import Trace, TraceError, open_events, read_trace, write_atomic
 from kvpocket.verify.traces.tracecheck import ConfigTooSmall, TooVague, check_events
 from kvpocket.verify.usage import (
     MAX_EXAMPLES,
@@ -293,7 +293,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
                        f"got {profile!r}")
     cores = os.cpu_count() or 1
     check_int("--examples", args.examples, MIN_EXAMPLES, MAX_EXAMPLES)
-    check_int("--total-examples", args.total_examples, 1, MAX_EXAMPLES)
+    # as --examples: the first example is the empty run, so one would check nothing
+    check_int("--total-examples", args.total_examples, MIN_EXAMPLES, MAX_EXAMPLES)
     if args.total_examples is not None and args.config is not None:
         raise CliError("argument --total-examples: only for the default matrix (no --config); "
                        "with --config use --examples")
@@ -340,8 +341,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     if report.interrupted:
         return EXIT_INTERRUPTED
     if report.steps == 0:
-        raise CliError("the campaign ran no step, so it checked nothing; give it more "
-                       "--examples or --minutes")
+        raise CliError(f"the campaign ran no step, so it checked nothing; give it more "
+                       f"{_budget_option(args)}")
     if profile == "ci" and report.coverage_gaps:
         print(f"kvpocket: coverage gaps (never reached): {', '.join(report.coverage_gaps)}",
               file=sys.stderr)
@@ -376,11 +377,19 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
     if report.failures:
         return EXIT_FOUND
     if report.steps == 0 and not report.interrupted:
-        raise CliError("the campaign ran no step, so it checked nothing; give it more "
-                       "--examples or --minutes")
+        raise CliError(f"the campaign ran no step, so it checked nothing; give it more "
+                       f"{_budget_option(args)}")
     if report.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_INCOMPLETE if report.ran_short else EXIT_OK
+
+
+def _budget_option(args: argparse.Namespace) -> str:
+    """The budget option the run was given (the one to raise), or the two it may take."""
+    given = [o for o, v in (("--total-examples", getattr(args, "total_examples", None)),
+                            ("--examples", args.examples), ("--minutes", args.minutes))
+             if v is not None]
+    return given[0] if given else "--examples or --minutes"
 
 
 def _refuse_unwritten(failures: Sequence[Any]) -> None:
@@ -393,7 +402,9 @@ def _refuse_unwritten(failures: Sequence[Any]) -> None:
 
 
 def _replay_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", metavar="TRACE", help="a trace file (JSON lines)")
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="trace files (JSON lines), each replayed in turn (the README's "
+                   "`kvpocket-out/failure-*.jsonl` after several failing runs)")
     p.add_argument("--backend", default=None, metavar="B",
                    help="numpy or cupy (default: the trace's)")
     p.add_argument("--allow-unterminated", action="store_true",
@@ -402,35 +413,58 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    """Replay a trace on the implementation and the model; print the first divergence."""
-    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
-    from kvpocket.verify.conformance.replay import recorded_overrides, replay
+    """Replay traces on the implementation and the model; print each one's first
+    divergence. Every file is read and checked before the first replay; the status is 1
+    if any trace still fails."""
     if args.backend not in (None, "numpy", "cupy"):
         raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
+    loaded = [(path, _load_for_replay(path, args)) for path in args.traces]
+    code = EXIT_OK
+    for path, (trace, backend, bugs, spec_mutant) in loaded:
+        if len(loaded) > 1:
+            print(f"== {path}", flush=True)
+        code = max(code, _replay_one(path, trace, backend, bugs, spec_mutant))
+    return code
+
+
+def _load_for_replay(path: str, args: argparse.Namespace
+                     ) -> tuple[Trace, str, list[str], dict[str, Any]]:
+    """A trace, its backend, its seeded bugs and spec overrides; a usage error names it."""
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
+    from kvpocket.verify.conformance.replay import recorded_overrides
+
     try:
-        trace = read_trace(Path(args.trace), allow_unterminated=args.allow_unterminated)
+        trace = read_trace(Path(path), allow_unterminated=args.allow_unterminated)
     except TraceError as exc:
         raise CliError(str(exc)) from None
     try:
         check_fits(trace.config, "lockstep")
     except ConfigError as exc:
-        raise CliError(f"{args.trace}: header field \"config\": {exc}") from None
+        raise CliError(f"{path}: header field \"config\": {exc}") from None
     backend = args.backend or trace.backend
     if backend == "cupy":
         if args.backend:
             check_gpu("argument --backend")
         else:
-            check_gpu(f"{args.trace}: the header asks for backend cupy",
+            check_gpu(f"{path}: the header asks for backend cupy",
                       "; --backend numpy replays the trace on the CPU")
     try:
         bugs = patching.trace_bugs(trace.extra)
         spec_mutant = recorded_overrides(trace.extra)
     except ValueError as exc:
-        raise CliError(f"{args.trace}: {exc}") from None
+        raise CliError(f"{path}: {exc}") from None
+    return trace, backend, bugs, spec_mutant
+
+
+def _replay_one(path: str, trace: Trace, backend: str, bugs: list[str],
+                spec_mutant: dict[str, Any]) -> int:
+    # at run time only: Hypothesis and rich stay off `kvpocket --help` and bad arguments
+    from kvpocket.verify.conformance.replay import replay
+
     if spec_mutant:
         print(f"spec overridden, as recorded in the trace: {', '.join(spec_mutant)} (a spec "
               "mutant; kvpocket.model.overrides)", flush=True)
-    with seeded_bugs(f"{args.trace}: header field {patching.TRACE_KEY!r}", bugs,
+    with seeded_bugs(f"{path}: header field {patching.TRACE_KEY!r}", bugs,
                      "switched on, as recorded in the trace") if bugs else nullcontext(), \
             overriding(spec_mutant):
         result = replay(trace, backend=backend)

@@ -21,12 +21,12 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import target as steer
 
+from kvpocket.model.config import strict_loads
 from kvpocket.verify.targets.base import SCHEDULER_STEP, CheckFailure, Target, TargetConfig
 from kvpocket.verify.targets.registry import load_target
 from kvpocket.verify.targets.workload import Op, ops_strategy
 from kvpocket.verify.terminal import Progress
 from kvpocket.verify.traces.trace import unused_path, write_atomic
-from kvpocket.verify.usage import strict_loads
 
 DEFAULT_STEPS = 40
 REPRODUCER_VERSION = 1
@@ -82,6 +82,22 @@ class TargetReport:
         d["steps_per_second"] = round(self.steps_per_second, 1)
         d["scheduler_steps_per_second"] = round(self.scheduler_steps_per_second, 1)
         return d
+
+
+def known_bug(target: Target, cfg: TargetConfig, ops: list[Op]) -> str | None:
+    """The known engine bug a failing run reaches, as `name: what`: the run passes on the
+    target steered clear of its engine's known bugs (`without_known_bugs`), everything else
+    the same. None for a new finding, or a target that lists no known bugs."""
+    steer_clear = getattr(target, "without_known_bugs", None)
+    safe = steer_clear() if steer_clear is not None else None
+    if safe is None:
+        return None
+    try:
+        run_ops(safe, cfg, ops)
+    except CheckFailure:
+        return None
+    name, what = next(iter(safe.known_bugs().items()))
+    return f"{name}: {what}"
 
 
 def run_ops(target: Target, cfg: TargetConfig, ops: list[Op],

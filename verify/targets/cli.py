@@ -17,6 +17,7 @@ from kvpocket.verify.targets.campaign import (
     DEFAULT_STEPS,
     ReproducerError,
     TargetReport,
+    known_bug,
     read_reproducer,
     run_campaign,
     run_ops,
@@ -96,9 +97,8 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
     report = run_campaign(target, presets[name], examples=args.examples or DEFAULT_EXAMPLES,
                           steps=args.steps or DEFAULT_STEPS, campaign_seed=args.seed,
                           out_dir=args.out, show_progress=not args.no_progress)
-    known = None
-    if report.failure is not None and hasattr(target, "known_bug"):
-        known = target.known_bug(presets[name], report.failure.ops)
+    known = None if report.failure is None else known_bug(target, presets[name],
+                                                           report.failure.ops)
     print_report(report, known)
     if args.json:
         data = report.to_json()

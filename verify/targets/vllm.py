@@ -15,6 +15,7 @@ vLLM is imported lazily (about 9 s of CPU) and only here; without it, `build` ra
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import inspect
@@ -127,8 +128,6 @@ PRESETS: dict[str, TargetConfig] = {
 def _field_default(cls: Any, name: str, missing: Any) -> Any:
     """The default of a (pydantic) dataclass field of vLLM's config, as served; `missing`
     for a release without the field."""
-    import dataclasses
-
     for f in dataclasses.fields(cls):
         if f.name == name:
             d = f.default
@@ -817,21 +816,17 @@ class VllmTarget:
         """Every rare state applies to every preset."""
         return RARE_STATES
 
-    def known_bug(self, cfg: TargetConfig, ops: list[Op]) -> str | None:
-        """The known engine bug a failing run reaches (it passes once the known bugs are
-        avoided, everything else the same), as `name: what`; None for a new finding."""
+    def without_known_bugs(self) -> VllmTarget | None:
+        """This target steered clear of the pinned release's known engine bugs
+        (`KNOWN_BUGS`), everything else the same; None when it already is
+        (`campaign.known_bug` names the bug a failure reaches)."""
         if self.avoid_known:
             return None
-        from kvpocket.verify.targets.campaign import run_ops
-
-        safe = VllmTarget(self.swa_manager_class, self.trace_check, self.on_build,
+        return VllmTarget(self.swa_manager_class, self.trace_check, self.on_build,
                           avoid_known=True)
-        try:
-            run_ops(safe, cfg, ops)
-        except CheckFailure:
-            return None
-        name, what = next(iter(KNOWN_BUGS.items()))
-        return f"{name}: {what}"
+
+    def known_bugs(self) -> dict[str, str]:
+        return dict(KNOWN_BUGS)
 
     def build(self, cfg: TargetConfig) -> VllmInstance:
         vllm_version()

@@ -41,12 +41,19 @@ from typing import Any, TextIO, cast
 
 from kvpocket.model import errors as model_errors
 from kvpocket.model.api import API, CLASH, CLASH_LABELS, HIT, REUSE, Param
-from kvpocket.model.config import ConfigError, KVConfig, PocketPolicy
+from kvpocket.model.config import (
+    ConfigError,
+    JsonValueError,
+    KVConfig,
+    PocketPolicy,
+    huge_int_message,
+    strict_loads,
+)
 from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS
 from kvpocket.verify.traces.alphabet import api_form, check_params, trace_params
-from kvpocket.verify.usage import CliError, JsonValueError, huge_int_message, strict_loads
+from kvpocket.verify.usage import CliError
 
 TRACE_VERSION = 1
 EVENTS_KIND = "events"  # header "kind" of an event log (see `parse_events`)
@@ -272,6 +279,11 @@ def _file_rows(path: Path, what: str) -> Iterator[Row]:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     raise TraceError(f"{path}:{lineno}: the {what} is not UTF-8 text") from None
+                if text.endswith("\r\n"):  # the digest is over the bytes as written
+                    raise TraceError(f"{path}:{lineno}: the line ends with CR LF (\\r\\n); "
+                                     f"the lines of {_a(what)} end with LF (\\n) alone "
+                                     "(convert it with dos2unix, or write it with "
+                                     "newline='\\n')")
                 yield lineno, text.rstrip("\r\n"), text.endswith("\n")
         except OSError as exc:
             raise TraceError(f"{path}:{lineno + 1}: cannot read the {what} ({exc.strerror})"

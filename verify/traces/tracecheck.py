@@ -45,6 +45,10 @@ FREE_KINDS = ("victim", "pocket", BELOW, CLASH, HIT, REUSE)
 # existed (the first option): stop committing on a key clash, reuse the longest prefix
 # whose every block is cached
 DEFAULTED_KINDS = (CLASH, REUSE)
+# events that make no choice, by what a verdict calls them
+NO_CHOICE = {"advance": "stream completion", "fail_allocation": "injected fault",
+             "fail_copy": "injected fault"}
+NO_VICTIM = "no evictable page"  # how the model's eviction says it found no victim
 
 
 class ConfigTooSmall(Exception):
@@ -72,12 +76,16 @@ class TraceVerdict:
     ambiguous: int = 0  # of those, events after which more than one model state fitted
     order: str = "any"  # the policy profile checked (`KVConfig.order`)
     page_actions: int = 0  # the model's page actions in the runs that fitted (its work)
+    # events that are no API call and make no choice: stream completions, injected faults
+    no_choice: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         """What a valid verdict rests on, in numbers (a zero says what was not checked)."""
         c = self.compared
         observed = sum(c[k] for k in ("free", "status", "index", "pocket"))
-        parts = [f"{self.events} events valid under order={self.order}",
+        others = ", ".join(_plural(n, noun) for noun, n in self.no_choice.items() if n)
+        parts = [f"{_plural(self.events, 'event')} valid under order={self.order}"
+                 + (f" (of them {others}, which make no choices)" if others else ""),
                  f"{c['choices']} logged choices legal and used",
                  f"{c['results']} results equal to the model's",
                  f"{observed} observed fields equal to the model's (free {c['free']}, "
@@ -85,7 +93,8 @@ class TraceVerdict:
                  "every invariant holds after every event"]
         text = "; ".join(parts)
         if self.without_choices:
-            text += (f"; {self.without_choices} events logged no choices: every victim and "
+            text += (f"; {_plural(self.without_choices, 'event')} logged no choices: every "
+                     "victim and "
                      f"pocket choice the spec allows was tried ({self.ambiguous} left more "
                      "than one fitting model state)")
         if not observed:
@@ -224,6 +233,7 @@ class EventChecker:
         self.without_choices = 0
         self.ambiguous = 0
         self.page_actions = 0
+        self.no_choice: dict[str, int] = {}
 
     # ---- sequences -------------------------------------------------------------------
     def _new_slot(self, ev: Event) -> int:
@@ -298,6 +308,9 @@ class EventChecker:
     def check(self, ev: Event, n: int, name: str = "event log") -> TraceVerdict | None:
         """Check one event (the n-th): None when it agrees with the model, else the
         failing verdict with its report (what `check_events` returns for it)."""
+        noun = NO_CHOICE.get(ev.action)
+        if noun is not None:
+            self.no_choice[noun] = self.no_choice.get(noun, 0) + 1
         try:
             self.step(ev)
         except _Failure as f:
@@ -374,7 +387,7 @@ class EventChecker:
         m.state, self.others = best.state, [k.state for k in kept[1:]]
         for k, n in best.counts.items():
             self.compared[k] += n
-        self.without_choices += open_choices
+        self.without_choices += open_choices and ev.action not in NO_CHOICE
         self.ambiguous += len(kept) > 1
         self.page_actions += best.steps
         self._note(ev, best.touched if best.value is not False else [], best.value)
@@ -417,6 +430,8 @@ class EventChecker:
         counts = dict.fromkeys(COUNTED, 0)
         if ev.result is not NO_RESULT:
             counts["results"] = 1
+            if ev.result != value and value is False:
+                self._unusable_victim(ev, chooser, pre)
             if ev.result != value:
                 # what the model did (or tried, before it ran out) shows where they differ
                 tried = self._touched(pre, m.last_post, m.last_steps) if value is False \
@@ -448,6 +463,25 @@ class EventChecker:
                 "the model's page actions in this event:", *(f"  {d}" for d, _ in touched)],
                 focus)
         return _Fit(post, touched, value, counts, len(m.last_steps))
+
+    def _unusable_victim(self, ev: Event, chooser: Chooser, pre: State) -> None:
+        """The model ran out where the log evicted a victim it lists: no page there was a
+        legal victim (LOCKED, not queued, ...), so the log's choice is what is wrong, not
+        only its result. Reported as the illegal choice, with that location's history."""
+        m = self.model
+        if not (isinstance(chooser, RecordedChooser) and ev.choices is not None
+                and str(m.last_failure or "").startswith(NO_VICTIM)):
+            return
+        victims = chooser.left().get("victim") or []
+        if not victims:
+            return
+        label = victims[0]
+        raise _Failure("the model rejects the log's choice", [
+            f"the log chose victim {_show_label(label)}; the model's legal victim choices "
+            f"here: none ({m.last_failure})",
+            *self._why_illegal("victim", label, [], m.last_post),
+            f"so the model ran out (false) where the log reports {_show(ev.result)}",
+            *self._partial(pre, m.last_steps)], self._label_focus("victim", label))
 
     def _free_before(self, params: dict[str, Any], pre: State) -> int:
         lay = self.model.layout
@@ -497,6 +531,10 @@ class EventChecker:
                          + ", ".join(str(x) for x in sorted(places)))
         elif kind == "victim" and s.queued[owner] and self.cfg.order == Order.LRU:
             facts.append("not the head of its queue (order=lru)")
+        elif kind == "pocket" and owner in s.pocket and self.cfg.order == Order.LRU \
+                and legal:
+            facts.append(f"not the oldest entry of its pocket (order=lru pops the oldest: "
+                         f"{_show_labels(legal)})")
         return [f"the page at {loc((level, pg, slot))} in the model is {', '.join(facts)}"]
 
     def _note(self, ev: Event, touched: Touched, value: object = NO_RESULT) -> None:
@@ -564,13 +602,25 @@ class EventChecker:
     def _touched(self, pre: State, post: State, steps: list[Step]
                  ) -> Touched:
         out: Touched = []
-        lay, ops = self.model.layout, self.model.ops
+        # Each pocket as the event's own steps change it (a park appends, a pop or drain
+        # removes position k and shifts the rest): position k of a later pop is not the
+        # one it had before the event.
+        pockets: dict[tuple[int, int], list[int]] = {}
+
+        def pocket(seq: int, lc: int) -> list[int]:
+            if (seq, lc) not in pockets:
+                pockets[seq, lc] = self._pocket(pre, seq, lc)
+            return pockets[seq, lc]
+
         for st in steps:
             prm = st.params
             locs: set[Where] = set()
             page = prm.get("page")
+            if st.action == "park":
+                pocket(prm["seq"], prm["lc"]).append(prm["page"])
             if st.action in ("pop", "drain"):
-                page = pre.pocket[lay.pocket_ix(ops, prm["seq"], prm["lc"], prm["k"])]
+                entries = pocket(prm["seq"], prm["lc"])
+                page = entries.pop(prm["k"]) if prm["k"] < len(entries) else NONE
             note = ""
             if page is not None and page != NONE:
                 for s in (pre, post):
@@ -616,7 +666,7 @@ class EventChecker:
                 report: str = "") -> TraceVerdict:
         return TraceVerdict(ok, events, line, kind, report, dict(self.compared),
                             self.without_choices, self.ambiguous, self.cfg.order.value,
-                            self.page_actions)
+                            self.page_actions, dict(self.no_choice))
 
     def history(self, focus: set[Where], limit: int = HISTORY) -> list[str]:
         """The earlier events that touched a location in `focus` (the last `limit`)."""
@@ -647,6 +697,10 @@ def check_events(log: ParsedEventLog | EventStream, cfg: KVConfig | None = None,
         if verdict is not None:
             return verdict
     return checker.verdict(True, n)
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _show(v: object) -> str:
