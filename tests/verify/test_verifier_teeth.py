@@ -625,7 +625,10 @@ def _good_states(cfg: KVConfig) -> list[State]:
         m.create(last, [7, 8])
         assert m.resume(last)
         m.stop_committing(last)
-        assert m.resize(last, 4, 3) and m.resize(last, 6, 5)
+        # two blocks leave the window at once, nothing allocated: the last pocket full
+        # (where there is room; else one block parked)
+        if not (m.resize(last, 8, 3) and m.resize(last, 8, 7)):
+            assert m.resize(last, 4, 3) and m.resize(last, 6, 5)
         assert any(p != -1 for p in m.state.pocket), "a parked page"
         out.append(m.state)
     return out
