@@ -17,6 +17,8 @@ from kvpocket.verify.targets.vllm import (
     OPT_RESERVE,
     OPT_RETENTION,
     PRESETS,
+    TRACE_OFF_IDENTITY,
+    TRACE_OFF_LOADS,
     TRACE_OFF_MIXED,
     TRACE_OFF_SPARSE,
     vllm_available,
@@ -93,6 +95,8 @@ def test_the_pinned_version_passes_every_check(preset: str) -> None:
         assert reached.get(TRACE_OFF_MIXED, 0) >= EXAMPLES
     elif reached.get(TRACE_OFF_SPARSE):  # served retention on a sliding window: no mapping
         assert reached[TRACE_OFF_SPARSE] >= EXAMPLES
+    elif reached.get(TRACE_OFF_LOADS, 0) + reached.get(TRACE_OFF_IDENTITY, 0) >= EXAMPLES:
+        pass  # every example loaded or had an identity early: the log stopped there
     else:
         assert reached.get("trace_events_checked", 0) > 0  # the event log went through trace check
 
