@@ -43,7 +43,7 @@ pytest_s=$((SECONDS - lint_s))
 # (created once, about 10 minutes on a small machine, then cached); the tests themselves
 # take about a minute. KVPOCKET_SKIP_VLLM=1 leaves this step out.
 if [ "${KVPOCKET_SKIP_VLLM:-0}" != 1 ]; then
-  echo "== vLLM target (scripts/vllm.sh --tests)"; scripts/vllm.sh --tests
+  echo "== vLLM target (scripts/vllm.sh --tests)"; scripts/vllm.sh --tests -m "not deep"
 fi
 echo "== done in ${SECONDS} s after setup: ruff and mypy ${lint_s} s, pytest ${pytest_s} s," \
   "vLLM step $((SECONDS - lint_s - pytest_s)) s"

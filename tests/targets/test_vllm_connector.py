@@ -102,9 +102,13 @@ def _planted() -> dict[str, Callable[[Any], None]]:
             "cache-early": vllm_planted.cache_before_the_load}
 
 
+# The second campaign takes 12 minutes of a loaded machine (found under 2,000 examples,
+# 3,318 with shrinking): the deep tier (`scripts/vllm.sh --tests -m deep`); CI replays its
+# shrunk trace below (test_blocks_cached_before_their_load_lands_are_found_at_once).
 @pytest.mark.quality
-@pytest.mark.parametrize(("bug", "checks"), [("announce", {"KV events"}),
-                                             ("cache-early", {"pool", "data"})])
+@pytest.mark.parametrize(("bug", "checks"), [
+    ("announce", {"KV events"}),
+    pytest.param("cache-early", {"pool", "data"}, marks=pytest.mark.deep)])
 def test_a_bug_planted_in_a_copy_of_vllm_is_found_by_the_default_budget(
         bug: str, checks: set[str]) -> None:
     """The default preset, budget and seed (the pinned release's known bug steered clear
@@ -117,6 +121,17 @@ def test_a_bug_planted_in_a_copy_of_vllm_is_found_by_the_default_budget(
     assert f is not None and f.check in checks, (report.examples, f)
     assert len(f.ops) <= 8, [str(op) for op in f.ops]
     run_ops(target(avoid_known=True), cfg, f.ops)  # vLLM as installed passes the same ops
+
+
+def test_blocks_cached_before_their_load_lands_are_found_at_once() -> None:
+    """The shrunk trace of the default-budget campaign on the planted copy."""
+    import vllm_planted
+
+    ops = [Op("arrive", (0, 0, 3, 0)), Op("load", (0, 2, 1))]
+    run_ops(target(avoid_known=True), PRESETS[DEFAULT_CONFIG], ops)
+    with pytest.raises(CheckFailure, match=r"pool: block \d+ is cached"):
+        run_ops(target(on_build=vllm_planted.cache_before_the_load, avoid_known=True),
+                PRESETS[DEFAULT_CONFIG], ops)
 
 
 # Identity (issue 37): the same prompt under two adapters of one name (different weights),

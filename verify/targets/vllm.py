@@ -780,6 +780,7 @@ class VllmInstance:
         if self.trace_check != "off" and self.tracing:
             verdict = check_event_log(lines)
             self.stats.hit("trace_events_checked", verdict.events)
+            self.stats.hit("trace_examples_checked")
             if not verdict.ok:
                 if self.trace_check == "strict":
                     raise CheckFailure("trace", verdict.report)
