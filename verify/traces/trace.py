@@ -473,9 +473,10 @@ _COMMON_HEADER = {
     "kind": HeaderField(_any, "a kind"),
     "config": HeaderField(_any, "a configuration object"),
     "source": HeaderField(_is_str, "a string"),
-    # informational (the config's pocket says what runs), but never a name of no policy
-    "policy": HeaderField(lambda v: v in {p.value for p in PocketPolicy},
-                          "one of " + ", ".join(p.value for p in PocketPolicy)),
+    # informational (the config's pocket says what runs), but never a name of no policy;
+    # "off": a manager without a pocket (a real engine's log: verify/targets/vllm_eventlog.py)
+    "policy": HeaderField(lambda v: v in {*(p.value for p in PocketPolicy), "off"},
+                          "one of " + ", ".join(p.value for p in PocketPolicy) + " or off"),
 }
 TRACE_HEADER: dict[str, HeaderField] = {
     **_COMMON_HEADER,
