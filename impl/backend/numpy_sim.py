@@ -234,7 +234,12 @@ class StreamSimulator:
 
     def wait_event(self, sid: int, ev: _SimEvent, label: str = "wait") -> None:
         if ev.stream is None or ev.stream not in self._streams:
-            return  # CUDA: waiting on a never-recorded (or a complete) event is a no-op
+            # CUDA: waiting on a never-recorded (or a complete) event is a no-op; the
+            # work before a complete one (a retired stream's: it all ran) still happens
+            # before what this stream runs next
+            if self.race_check and ev.clock:
+                _join(self._streams[sid].clock, ev.clock)
+            return
         s = self._streams[sid]
         s.queue.append(_Wait(ev.stream, ev.position, label))
         s.enqueued += 1
@@ -298,6 +303,7 @@ class StreamSimulator:
     def event_done(self, ev: _SimEvent) -> bool:
         s = self._streams.get(ev.stream) if ev.stream is not None else None
         if s is None:  # never recorded, or on a retired stream (all its work ran)
+            self._host_observed(ev.clock)  # the host has seen it complete all the same
             return True
         done = s.executed >= ev.position
         if done:

@@ -336,3 +336,25 @@ def test_manager_traffic_is_race_free_under_the_detector(eager: bool) -> None:
     decode_under_pressure(mgr, oracle, 40, after_step)
     assert oracle.check() == [] and oracle.missing == []
     assert mgr.counters_of().migrations > 0 and oracle.verified_positions > 2 * 40 * 4
+
+
+@pytest.mark.parametrize("how", ["wait", "query"])
+def test_work_after_an_event_of_a_retired_stream_is_ordered_after_it(how: str) -> None:
+    # A retired stream's work all ran; a wait on (or a successful query of) an event it
+    # recorded orders later work after that work, as on a GPU. A false alarm once in the
+    # default plan (verify/regressions/race-after-a-retired-stream.jsonl).
+    b = NumpyBackend(eager=False, race_check=True)
+    a, c = b.new_stream("a"), b.new_stream("c")
+    pool = b.create_pool(0, 4, 2, np.int32)
+    b.launch(a, lambda: None, "write 1", writes=((pool, (1,)),))
+    ev = b.new_event()
+    b.record(ev, a)
+    b.release_stream(a)
+    if how == "wait":
+        b.wait_event(c, ev)
+    else:
+        assert b.query(ev)
+    b.launch(c, lambda: None, "overwrite 1", writes=((pool, (1,)),))
+    fresh = b.new_stream("fresh")  # nothing orders this one after the write
+    with pytest.raises(SimulatorError, match="not ordered"):
+        b.launch(fresh, lambda: None, "read 1", reads=((pool, (1,)),))
