@@ -4,7 +4,7 @@
 # into .venv first (scripts/setup-env.sh says what and why; KVPOCKET_CUDA and KVPOCKET_REDIS
 # choose its optional parts). Each step starts with a `== ` line. Reports land in kvpocket-out/.
 #   KVPOCKET_EXAMPLES  the campaign's example budget (the matrix: --total-examples,
-#                      default 1000, the plan the kill figures are measured with; a preset:
+#                      default 1100, the plan the kill figures are measured with; a preset:
 #                      --examples): the same run, and verdict, on any machine
 #   KVPOCKET_MINUTES   a time budget instead (a number in (0, 10080]; never the default: a
 #                      run that ends before its plan exits 3, incomplete)

@@ -1,4 +1,4 @@
-"""The default plan (`kvpocket fuzz --total-examples 1000`) reaches every guard combination
+"""The default plan (`kvpocket fuzz --total-examples 1100`) reaches every guard combination
 its cells must reach (`verify/conformance/guards.py`) and the speed structures' rare path
 with live entries, with no false alarm."""
 

@@ -196,7 +196,7 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
     budget.add_argument("--total-examples", type=int, metavar="N",
                         help="matrix: run the default campaign's plan (steering included) "
                         "until N examples in all: the same run on any machine (default "
-                        "1000, the plan whose kill figures docs/bug-zoo.md gives)")
+                        "1100, the plan whose kill figures docs/bug-zoo.md gives)")
     p.add_argument("--steps", type=int, metavar="S", help=f"max rules per example (1..{MAX_STEPS})")
     p.add_argument("--seed", type=int, default=0, metavar="X",
                    help="campaign seed (default 0; 0..2**63-1)")
