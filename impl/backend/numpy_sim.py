@@ -119,6 +119,10 @@ class StreamSimulator:
         self._streams: dict[int, _SimStream] = {}
         self._next_sid = 0
         self._retiring: set[int] = set()  # retire once their queue is empty
+        # Race detector: the final clock of each stream dropped since the last
+        # synchronize_all (an event recorded on it later, or that synchronisation, orders
+        # later work after all its work)
+        self._dropped: dict[int, Clock] = {}
         self._legacy: int | None = None
         self.trace: list[tuple[int, str]] = []  # (stream id, label) in execution order
         self.keep_trace = False
@@ -188,6 +192,9 @@ class StreamSimulator:
                     self._drop(sid)
 
     def _drop(self, sid: int) -> None:
+        if self.race_check:  # its work is done: what it ordered, and itself, as a clock
+            s = self._streams[sid]
+            self._dropped[sid] = {**s.clock, sid: s.enqueued}
         del self._streams[sid]
         self._retiring.discard(sid)
 
@@ -223,8 +230,11 @@ class StreamSimulator:
 
     def record(self, ev: _SimEvent, sid: int) -> None:
         s = self._streams.get(sid)
-        if s is None:  # a retired stream: all its work ran, the event is complete
-            ev.stream, ev.position, ev.clock = None, 0, {}
+        if s is None:  # a retired stream: all its work ran, the event is complete (and
+            # orders what waits on it after that work; after a synchronize_all the host
+            # clock already does)
+            ev.stream, ev.position = None, 0
+            ev.clock = dict(self._dropped.get(sid, {})) if self.race_check else {}
             return
         ev.stream = sid
         ev.position = s.enqueued
@@ -370,7 +380,10 @@ class StreamSimulator:
         happens before anything the host enqueues next. (An eager drain after an enqueue
         is not that: it models fast hardware, not a host that waited.)"""
         self.drain()
-        if self.race_check:
+        if self.race_check:  # every stream's work, the retired ones' included
+            for final in self._dropped.values():
+                self._host_observed(final)
+            self._dropped.clear()
             self._host_observed({s.id: s.enqueued for s in self._streams.values()})
 
     def synchronize(self, ev: _SimEvent) -> None:

@@ -338,7 +338,7 @@ def test_manager_traffic_is_race_free_under_the_detector(eager: bool) -> None:
     assert mgr.counters_of().migrations > 0 and oracle.verified_positions > 2 * 40 * 4
 
 
-@pytest.mark.parametrize("how", ["wait", "query"])
+@pytest.mark.parametrize("how", ["wait", "query", "record after retiring", "sync"])
 def test_work_after_an_event_of_a_retired_stream_is_ordered_after_it(how: str) -> None:
     # A retired stream's work all ran; a wait on (or a successful query of) an event it
     # recorded orders later work after that work, as on a GPU. A false alarm once in the
@@ -348,12 +348,17 @@ def test_work_after_an_event_of_a_retired_stream_is_ordered_after_it(how: str) -
     pool = b.create_pool(0, 4, 2, np.int32)
     b.launch(a, lambda: None, "write 1", writes=((pool, (1,)),))
     ev = b.new_event()
-    b.record(ev, a)
+    if how != "record after retiring":
+        b.record(ev, a)
     b.release_stream(a)
-    if how == "wait":
-        b.wait_event(c, ev)
-    else:
+    if how == "record after retiring":  # recorded once the stream is gone: complete
+        b.record(ev, a)
+    if how == "sync":
+        b.synchronize_all()  # the host waited for every stream, the retired ones too
+    elif how == "query":
         assert b.query(ev)
+    else:
+        b.wait_event(c, ev)
     b.launch(c, lambda: None, "overwrite 1", writes=((pool, (1,)),))
     fresh = b.new_stream("fresh")  # nothing orders this one after the write
     with pytest.raises(SimulatorError, match="not ordered"):
