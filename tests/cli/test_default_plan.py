@@ -65,7 +65,7 @@ def test_the_summary_says_what_was_checked(monkeypatch: pytest.MonkeyPatch, tmp_
     _captured_run(monkeypatch, checks={"data oracle": 40, "views": 40, "event log": 3})
     main(["fuzz", "--out", str(tmp_path), "--no-progress"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "the plan ran to its end" in out
+    assert "examples ran to its end" in out
     assert "data oracle in every example" in out and "event log in 3 of 40 examples" in out
     # a check no example ran is named as off, never left out
     assert "race detector off" in out and "device mirror off" in out

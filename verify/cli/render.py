@@ -92,7 +92,8 @@ def print_campaign(report: Any) -> None:
 def _plan_ran(report: Any) -> str:
     """How much of its plan a campaign ran, in words."""
     if report.total_examples is not None:
-        return f"the plan ran to its end, {report.examples:,} of {report.total_examples:,} examples"
+        return (f"the plan of {report.total_examples:,} examples ran to its end "
+                f"({report.examples:,} run)")
     if report.budget_s:
         return f"{report.examples:,} examples in a {report.budget_s:g} s budget"
     return f"the plan ran to its end, {report.examples:,} examples (a fixed number per cell)"
