@@ -14,6 +14,18 @@ import pytest
 SCRIPT = Path(__file__).parents[2] / "scripts" / "main.sh"
 
 
+def _copy_with_setup(tmp_path: Path, setup: str) -> Path:
+    """main.sh copied under tmp_path, its setup step replaced by `setup` (a shell body)."""
+    if shutil.which("bash") is None or shutil.which("nproc") is None:
+        pytest.skip("needs bash and nproc (coreutils)")
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    shutil.copy(SCRIPT, scripts / "main.sh")
+    (scripts / "setup-env.sh").write_text(f"#!/bin/sh\n{setup}\n")
+    (scripts / "setup-env.sh").chmod(0o755)
+    return scripts / "main.sh"
+
+
 @pytest.mark.parametrize(("var", "value"), [
     ("KVPOCKET_MINUTES", "abc"), ("KVPOCKET_MINUTES", "0"), ("KVPOCKET_MINUTES", "-1"),
     ("KVPOCKET_MINUTES", "nan"), ("KVPOCKET_MINUTES", "1e9"), ("KVPOCKET_MINUTES", ""),
@@ -21,15 +33,9 @@ SCRIPT = Path(__file__).parents[2] / "scripts" / "main.sh"
     ("KVPOCKET_WORKERS", ""), ("KVPOCKET_CONFIG", ""),
 ])
 def test_a_bad_variable_stops_before_any_work(var: str, value: str, tmp_path: Path) -> None:
-    if shutil.which("bash") is None or shutil.which("nproc") is None:
-        pytest.skip("needs bash and nproc (coreutils)")
-    scripts = tmp_path / "scripts"
-    scripts.mkdir()
-    shutil.copy(SCRIPT, scripts / "main.sh")
-    (scripts / "setup-env.sh").write_text("#!/bin/sh\necho SETUP-RAN; exit 99\n")
-    (scripts / "setup-env.sh").chmod(0o755)
+    script = _copy_with_setup(tmp_path, "echo SETUP-RAN; exit 99")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVPOCKET_")}
-    proc = subprocess.run(["bash", str(scripts / "main.sh")], env={**env, var: value},
+    proc = subprocess.run(["bash", str(script)], env={**env, var: value},
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "SETUP-RAN" not in proc.stdout
@@ -59,13 +65,7 @@ def test_the_last_line_combines_every_verdict(unknown: int, want: int, tmp_path:
 
     from kvpocket.verify.conformance.matrix import MatrixReport
 
-    if shutil.which("bash") is None or shutil.which("nproc") is None:
-        pytest.skip("needs bash and nproc (coreutils)")
-    scripts = tmp_path / "scripts"
-    scripts.mkdir()
-    shutil.copy(SCRIPT, scripts / "main.sh")
-    (scripts / "setup-env.sh").write_text("#!/bin/sh\nexit 0\n")
-    (scripts / "setup-env.sh").chmod(0o755)
+    script = _copy_with_setup(tmp_path, "exit 0")
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "kvpocket").write_text(STUB)
@@ -80,7 +80,7 @@ def test_the_last_line_combines_every_verdict(unknown: int, want: int, tmp_path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVPOCKET_")}
     env.update(STUB_DIR=str(stub), REAL_PYTHON=sys.executable, PROVE_EXIT=str(3 * unknown),
                PYTHONPATH=str(SCRIPT.parents[1] / ".devpath"))
-    proc = subprocess.run(["bash", str(scripts / "main.sh")], env=env, cwd=tmp_path,
+    proc = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == want, (proc.stdout, proc.stderr)
     last = proc.stdout.strip().splitlines()[-1]
