@@ -71,7 +71,7 @@ class CupyBackend:
     def __init__(self, disk_dir: str | None = None, device: int = 0,
                  copy_mode: str = "auto") -> None:
         import cupy
-        import cupyx  # type: ignore[import-untyped]
+        import cupyx
 
         if copy_mode not in COPY_MODES:
             raise ValueError(f"copy_mode must be one of {COPY_MODES}, got {copy_mode!r}")
