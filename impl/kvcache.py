@@ -26,12 +26,11 @@ from kvpocket.model.config import (
     GPU_LEVEL,
     NO_SLOT,
     CommitState,
-    LifeCycle,
     PocketPolicy,
     SeqStatus,
-    stale_range,
 )
 
+from . import window  # module attribute reads: a seeded bug patches `window` in place
 from .allocator import Events
 from .exceptions import (
     CapacityError,
@@ -62,20 +61,6 @@ if TYPE_CHECKING:
     from .backend.protocol import Backend
     from .storage import Storage
     from .transactions import Transactions
-
-
-def _next_stale_change(lcs: Sequence[LifeCycle], h: int, t: int) -> int:
-    """Smallest history h' > h at which some SWA stale range may change (fast path bound)."""
-    best = 1 << 62
-    for lc in lcs:
-        if lc.window is None:
-            continue
-        sink_blocks = -(-lc.sink_tokens // t)
-        ceil_h = -(-h // t)
-        if ceil_h < sink_blocks:
-            best = min(best, ceil_h * t + 1)
-        best = min(best, ((h + 1 - lc.window) // t + 1) * t + lc.window - 1)
-    return max(best, h + 1)
 
 
 def _del_tail(lst: list[Any], n: int) -> None:
@@ -127,8 +112,8 @@ class KVCache:
         self.locked: list[list[bool]] = [[] for _ in range(n)]
         self.index = np.full((n, cfg.max_blocks), BAD_PAGE_INDEX, dtype=np.int32)
         self.pocket: list[deque[Page]] = [deque() for _ in range(n)]
-        self._stale = [stale_range(lc, 0, self._t) for lc in self._lcs]
-        self._next_change = _next_stale_change(self._lcs, 0, self._t)
+        self._stale = [window.out_of_window(lc, 0, self._t) for lc in self._lcs]
+        self._next_change = window.next_window_move(self._lcs, 0, self._t)
         self._pocket_on = cfg.pocket.enabled
         self._max_cap = cfg.max_capacity
         self._device_index: Any = None
@@ -160,7 +145,7 @@ class KVCache:
 
     def stale_range(self, lc: int) -> tuple[int, int]:
         self._check_lc(lc)
-        return stale_range(self._lcs[lc], self.history, self._t)
+        return window.out_of_window(self._lcs[lc], self.history, self._t)
 
     def pocket_pages(self, lc: int) -> list[int]:
         """Page ids of the life cycle's parked pages, oldest first (`pocket_entries` has
@@ -199,7 +184,7 @@ class KVCache:
         """Every block of the life cycle: its page (None if none), where the page is,
         whether this sequence locks it, and whether the block is out of the window."""
         self._check_lc(lc)
-        s, e = stale_range(self._lcs[lc], self.history, self._t)
+        s, e = window.out_of_window(self._lcs[lc], self.history, self._t)
         out: list[BlockEntry] = []
         for b in range(self.num_blocks):
             page = self.pages[lc][b] if b < len(self.pages[lc]) else None
@@ -233,7 +218,7 @@ class KVCache:
         for nid in nodes:
             st.tree.acquire(nid, op)
         for i, lc in enumerate(self._lcs):
-            s, e = stale_range(lc, m, t)
+            s, e = window.out_of_window(lc, m, t)
             self._stale[i] = (s, e)
             self.pages[i] = [None] * len(nodes)
             self.locked[i] = [False] * len(nodes)
@@ -246,7 +231,7 @@ class KVCache:
                 self.pages[i][b] = page
                 op.set(page, "holds", page.holds + 1)
                 st.requeue(page, op)
-        self._next_change = _next_stale_change(self._lcs, m, t)
+        self._next_change = window.next_window_move(self._lcs, m, t)
 
     # ---- checks ------------------------------------------------------------------------
     def _check_lc(self, lc: int) -> None:
@@ -309,7 +294,7 @@ class KVCache:
             if lc.window is None:
                 continue
             s0, e0 = self._stale[i]
-            s1, e1 = stale_range(lc, h, self._t)
+            s1, e1 = window.out_of_window(lc, h, self._t)
             if (s0, e0) == (s1, e1):
                 continue
             op.setitem(self._stale, i, (s1, e1))
@@ -328,7 +313,7 @@ class KVCache:
                     op.set(page, "holds", page.holds + 1)
                     st.requeue(page, op)
                     orphans.append(page)
-        op.set(self, "_next_change", _next_stale_change(self._lcs, h, self._t))
+        op.set(self, "_next_change", window.next_window_move(self._lcs, h, self._t))
         return orphans
 
     def _parkable(self, page: Page) -> bool:
@@ -603,7 +588,7 @@ class KVCache:
         own: list[Page] = []
         targets: list[tuple[int, int, Page]] = []
         for i, lc in enumerate(self._lcs):
-            s, e = stale_range(lc, self.history, self._t)
+            s, e = window.out_of_window(lc, self.history, self._t)
             for b in range(self.num_blocks):
                 page = self.pages[i][b]
                 if page is None:

@@ -30,9 +30,9 @@ from kvpocket.model.config import (
     LifeCycle,
     PageStatus,
     SeqStatus,
-    stale_range,
 )
 
+from . import window
 from .radix import ROOT
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def sequence_entries(mgr: ManagerView) -> list[str]:
             if pocket and kv.status is not SeqStatus.ACTIVE:
                 bad.append(f"{w}: {kv.status.name} with a non-empty pocket")
         for lc, lcfg in enumerate(cfg.life_cycles):
-            s, e = stale_range(lcfg, kv.history, t)
+            s, e = window.out_of_window(lcfg, kv.history, t)
             index = kv.index[lc].tolist()  # one conversion, not one NumPy scalar per block
             pages, locked_row = kv.pages[lc], kv.locked[lc]
             for b in range(cfg.max_blocks):
@@ -333,7 +333,7 @@ def _blocks(r: tuple[int, int]) -> range:
 
 
 def _stale_sets(lcs: tuple[LifeCycle, ...], h: int, t: int) -> list[range]:
-    return [_blocks(stale_range(lc, h, t)) for lc in lcs]
+    return [_blocks(window.out_of_window(lc, h, t)) for lc in lcs]
 
 
 def stale_range_memo(mgr: ManagerView) -> list[str]:
@@ -344,7 +344,7 @@ def stale_range_memo(mgr: ManagerView) -> list[str]:
     for sid, kv in mgr.seqs.items():
         if kv.status is SeqStatus.CLOSED:
             continue
-        want = tuple(stale_range(lc, kv.history, t) for lc in lcs)
+        want = tuple(window.out_of_window(lc, kv.history, t) for lc in lcs)
         if [_blocks(r) for r in kv.remembered_stale_ranges] != _stale_sets(lcs, kv.history, t):
             bad.append(f"seq {sid}: remembers stale ranges {kv.remembered_stale_ranges} at "
                        f"history {kv.history}, the window rule says {want}")

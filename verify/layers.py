@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # checks, progress lines, this file.
     ("verify", "verify.presets", "verify.patching", "verify.interrupts", "verify.usage",
      "verify.terminal", "verify.layers"),
+    ("verify.oracles",),  # the data and attention oracles, read by the engines above
     ("verify.traces",),
     # Three engines over the traces, independent of each other.
     ("verify.conformance", "verify.proofs", "verify.targets"),

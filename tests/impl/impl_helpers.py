@@ -7,7 +7,6 @@ from collections.abc import Callable
 import pytest
 
 from kvpocket.impl import KVCache, KVCacheManager, gpu_available
-from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.model.config import (
     EvictParked,
     KVConfig,
@@ -15,6 +14,7 @@ from kvpocket.model.config import (
     PocketConfig,
     PocketPolicy,
 )
+from kvpocket.verify.oracles.data import DecodeOracle
 
 GPU_SKIP = pytest.mark.skipif(
     not gpu_available(), reason="no usable CUDA GPU: CuPy backend tests need one"

@@ -10,7 +10,7 @@ from impl_helpers import assert_clean, swa_config
 
 torch = pytest.importorskip("torch")
 
-from kvpocket.impl.attention import AttentionOracle  # noqa: E402
+from kvpocket.verify.oracles.attention import AttentionOracle  # noqa: E402
 
 
 @pytest.mark.parametrize("pocket", [False, True])

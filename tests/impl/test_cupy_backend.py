@@ -13,7 +13,7 @@ from impl_helpers import (
 )
 
 from kvpocket.impl import KVCacheManager, make_backend
-from kvpocket.impl.oracle import DecodeOracle
+from kvpocket.verify.oracles.data import DecodeOracle
 
 pytestmark = [pytest.mark.gpu, GPU_SKIP]
 

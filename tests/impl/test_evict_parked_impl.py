@@ -11,9 +11,9 @@ import pytest
 from impl_helpers import assert_clean, decoder, swa_config
 
 from kvpocket.impl import KVCacheManager
-from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.model.config import GPU_LEVEL, NO_SLOT
 from kvpocket.verify.conformance.lockstep import Divergence, Lockstep
+from kvpocket.verify.oracles.data import DecodeOracle
 from kvpocket.verify.presets import decode_config
 
 

@@ -25,8 +25,8 @@ from kvpocket.impl import (
     UnknownSequenceError,
 )
 from kvpocket.impl.eviction import EvictionQueue
-from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.model.config import BAD_PAGE_INDEX, CommitState, SeqStatus
+from kvpocket.verify.oracles.data import DecodeOracle
 
 
 def active(mgr: KVCacheManager, sid: int, prompt: tuple[int, ...] = ()) -> Any:

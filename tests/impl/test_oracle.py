@@ -12,8 +12,8 @@ from kvpocket.impl import KVCacheManager
 from kvpocket.impl.backend import NumpyBackend
 from kvpocket.impl.backend.protocol import EventRef, StreamRef
 from kvpocket.impl.exceptions import SimulatorError
-from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.model.config import BAD_PAGE_INDEX, KVConfig, LifeCycle, SeqStatus
+from kvpocket.verify.oracles.data import DecodeOracle
 
 
 class NoWaitBackend(NumpyBackend):

@@ -8,9 +8,9 @@ import pytest
 from impl_helpers import assert_clean, decoder, swa_config
 
 from kvpocket.impl import CorruptionWarning, KVCacheManager, LeakError, SlotRef
-from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.impl.undo import Choice
 from kvpocket.model.config import SeqStatus
+from kvpocket.verify.oracles.data import DecodeOracle
 
 
 @pytest.mark.parametrize("pocket", [False, True])

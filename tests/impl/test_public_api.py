@@ -450,7 +450,7 @@ def test_manager_construction_rejects_bad_slot_elems(slot_elems: Any) -> None:
 
 
 def test_default_slot_elems_fit_the_decode_oracle_at_32_tokens_per_block() -> None:
-    from kvpocket.impl.oracle import DecodeOracle
+    from kvpocket.verify.oracles.data import DecodeOracle
 
     cfg = dataclasses.replace(swa_config(window=40, slots=(8,), max_blocks=4),
                               tokens_per_block=32)

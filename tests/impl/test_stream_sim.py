@@ -11,9 +11,9 @@ from kvpocket.impl import KVCache, KVCacheManager
 from kvpocket.impl.backend import NumpyBackend, StreamSimulator
 from kvpocket.impl.backend.protocol import EventRef, StreamRef
 from kvpocket.impl.exceptions import SimulatorError
-from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.impl.storage import CopyBatch
 from kvpocket.model.config import KVConfig, LifeCycle
+from kvpocket.verify.oracles.data import DecodeOracle
 
 
 def test_work_runs_only_when_advanced() -> None:

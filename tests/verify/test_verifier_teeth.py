@@ -255,7 +255,7 @@ def test_the_oracle_stamps_alike_on_both_paths() -> None:
     (many, vectorized) are one function of (sequence, life cycle, position), distinct
     between life cycles: a block read for the wrong life cycle cannot pass."""
     from kvpocket.impl.manager import KVCacheManager
-    from kvpocket.impl.oracle import DecodeOracle
+    from kvpocket.verify.oracles.data import DecodeOracle
     mgr = KVCacheManager(CFG, slot_elems=8)
     one, many = DecodeOracle(mgr), DecodeOracle(mgr)
     toks = list(range(20))

@@ -33,6 +33,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("verify.interrupts", "z3"): "only when a Z3 run starts; campaigns import this module too",
     ("verify.proofs.prove", "rich"): RICH,
     ("verify.proofs.prove", "verify.proofs.parametric"): "the parametric engine, for --parametric",
+    ("verify.oracles.attention", "torch"): "optional: the attention oracle needs torch",
     ("verify.quality.killmatrix", "rich"): RICH,
     ("verify.quality.seeded", "verify.conformance"): HYPOTHESIS,
     ("verify.quality.seeded", "torch"): "optional: the attention detector is skipped without it",

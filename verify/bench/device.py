@@ -22,9 +22,9 @@ import numpy as np
 
 from kvpocket.impl.backend import make_backend
 from kvpocket.impl.manager import KVCacheManager
-from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.model.config import KVConfig, LifeCycle
 from kvpocket.verify.bench.decode import decode_config
+from kvpocket.verify.oracles.data import DecodeOracle
 
 
 def _median(ts: list[float]) -> float:
@@ -323,7 +323,7 @@ def oracle_throughput(backend: str, batch: int | None = None, steps: int | None 
 def oracle_ab(old_oracle: str, batch: int = 64, window: int = 128, steps: int = 128,
               prefill: int = 0, reps: int = 3) -> dict[str, Any]:
     """Before/after of the NumPy data oracle, like for like: the `DecodeOracle` of the file
-    `old_oracle` (e.g. `git show REV:impl/oracle.py > old.py`) against the current one on
+    `old_oracle` (e.g. `git show REV:verify/oracles/data.py > old.py`) against the current one on
     the same decode loop and the same verified positions. Oracle CPU time only
     (`time.process_time`, so other jobs on the machine do not count); best of `reps`
     interleaved runs. Rows: "old reads" (`verify` per sequence and step, `check` every 16

@@ -22,7 +22,6 @@ from kvpocket.impl.backend.numpy_sim import NumpyBackend
 from kvpocket.impl.exceptions import RaceError, UnknownLifeCycleError
 from kvpocket.impl.kvcache import KVCache
 from kvpocket.impl.manager import KVCacheManager
-from kvpocket.impl.oracle import DecodeOracle
 from kvpocket.impl.snapshot import Where, choice_labels, page_locations
 from kvpocket.model.config import (
     GPU_LEVEL,
@@ -61,6 +60,7 @@ from kvpocket.verify.conformance.views import (
     occupied_slots,
     view_differences,
 )
+from kvpocket.verify.oracles.data import DecodeOracle
 from kvpocket.verify.traces.alphabet import check_params
 from kvpocket.verify.traces.trace import Event, EventStream, TraceError
 from kvpocket.verify.traces.tracecheck import EventChecker

@@ -59,7 +59,7 @@ VERIFIER_MODULES: tuple[str, ...] = (
     "model/invariants.py",
     "model/fastcheck.py",
     "model/incremental.py",
-    "impl/oracle.py",
+    "verify/oracles/data.py",
 )
 SCOPES: dict[str, tuple[str, ...]] = {"impl": MODULES, "verifier": VERIFIER_MODULES}
 # Modules of which only some functions decide verdicts: mutants elsewhere are filtered
@@ -85,7 +85,7 @@ VERIFIER_KILL_TESTS: dict[str, tuple[str, ...]] = {
                             "tests/test_docs.py::test_generated_sections_are_current[spec.md]"),
     "model/fastcheck.py": _MODEL_TESTS,
     "model/incremental.py": _MODEL_TESTS,
-    "impl/oracle.py": ("tests/impl/test_oracle.py", TEETH, "tests/impl/test_stream_sim.py"),
+    "verify/oracles/data.py": ("tests/impl/test_oracle.py", TEETH, "tests/impl/test_stream_sim.py"),
 }
 VERIFIER_TESTS: tuple[str, ...] = tuple(dict.fromkeys(
     t for ts in VERIFIER_KILL_TESTS.values() for t in ts))

@@ -90,10 +90,10 @@ BUGS: dict[str, SeededBug] = {b.name: b for b in (
         KVCACHE + "_unlock",
         "        self._set_index(i, b, BAD_PAGE_INDEX, op)\n",
         "")),
-    _bug("window-off-by-one", edit(
-        KVCACHE + "_stale_transition",
-        "stale_range(lc, h, self._t)",
-        "stale_range(lc, h - 1, self._t)")),
+    _bug("window-off-by-one", edit(  # the manager's own window arithmetic (impl/window.py)
+        "kvpocket.impl.window:out_of_window",
+        "first_read = history + 1 - lc.window",
+        "first_read = history - lc.window")),
     _bug("suspend-not-evictable", edit(
         KVCACHE + "suspend",
         "                        self._st.requeue(page, op)\n",
@@ -197,13 +197,13 @@ BUGS: dict[str, SeededBug] = {b.name: b for b in (
         "                    self._set_index(i, b, page.slot, op)\n")),
     # ---- bugs the preset matrix could not reach (verify/quality/reach.py: REACH_BUGS) ----
     _bug("two-windows-fast-path", edit(  # the bound reads the first sliding window only
-        "kvpocket.impl.kvcache:_next_stale_change",
+        "kvpocket.impl.window:next_window_move",
         "    for lc in lcs:\n",
         "    for lc in [x for x in lcs if x.window is not None][:1]:\n")),
     _bug("resume-forgets-sinks", edit(  # the window decided without the sink tokens
         KVCACHE + "_resume",
-        "s, e = stale_range(lc, self.history, self._t)",
-        "s, e = stale_range(__import__('dataclasses').replace(lc, sink_tokens=0), "
+        "s, e = window.out_of_window(lc, self.history, self._t)",
+        "s, e = window.out_of_window(__import__('dataclasses').replace(lc, sink_tokens=0), "
         "self.history, self._t)")),
     _bug("eventlog-failed-resize-true", edit(  # a rolled-back resize logged as a success
         "kvpocket.impl.eventlog:EventLog.write",

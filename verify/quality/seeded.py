@@ -11,7 +11,7 @@ outside (`kvpocket.model.overrides`: the spec carries no switches). For each one
   options, not a preset chosen for the bug) with the switch on in-process and always
   restored, stopping at the first failure; its kind names the detector;
 * for a bug that corrupts KV data, runs a small paged-vs-dense attention scenario
-  (`impl/attention.py`) with the switch on and records whether it notices;
+  (`verify/oracles/attention.py`) with the switch on and records whether it notices;
 * for a model-side mutant (the model's definition is wrong, so Z3 sees it too), runs
   induction (initiation, consecution of the touched page actions, safety) on a small
   configuration, then page-layer BMC within the remaining time budget ("unknown" when
@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 
 from kvpocket.impl import KVCacheManager
-from kvpocket.impl.attention import AttentionOracle
 from kvpocket.model.api import WINDOW_START
 from kvpocket.model.config import KVConfig, PocketPolicy, SeqStatus
 from kvpocket.model.overrides import Override, overriding
@@ -46,6 +45,7 @@ from kvpocket.model.pages import POCKET_NOT_FULL, STILL_VALID
 from kvpocket.model.state import Layout
 from kvpocket.verify.conformance.lockstep import MIRROR, RACE
 from kvpocket.verify.interrupts import stop_if_interrupted
+from kvpocket.verify.oracles.attention import AttentionOracle
 from kvpocket.verify.presets import PRESETS, decode_config
 from kvpocket.verify.proofs.explicit_bmc import explicit_bmc
 from kvpocket.verify.proofs.obligations import prove_config
@@ -163,9 +163,9 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            "upstream §3.3 resize: stale blocks get BAD_PAGE_INDEX (invariant 'index matches "
            "locks')", "impl/kvcache.py KVCache._unlock", "tiny"),
     Mutant("window-off-by-one", "impl",
-           "the window drops the +1: block b stale iff (b+1)t <= h - w",
+           "the manager's window drops the +1: block b stale iff (b+1)t <= h - w",
            "upstream §3.2 SWA window arithmetic (attention at position h sees [h+1-w, h])",
-           "impl/kvcache.py KVCache._stale_transition", "tiny"),
+           "impl/window.py out_of_window", "tiny"),
     Mutant("suspend-not-evictable", "impl", "a suspended sequence's HELD pages are not queued",
            "upstream §3.5 suspend (pages become evictable); PR #15931 host tier fills up",
            "impl/kvcache.py KVCache.suspend", "tiny"),

@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from kvpocket.impl.kvcache import KVCache
+from kvpocket.impl.manager import KVCacheManager
 from kvpocket.model.config import BAD_PAGE_INDEX
-
-from .kvcache import KVCache
-from .manager import KVCacheManager
 
 
 def kv_vectors(seq: int, lc: int, positions: np.ndarray[Any, Any], d: int
@@ -31,8 +30,8 @@ def kv_vectors(seq: int, lc: int, positions: np.ndarray[Any, Any], d: int
 
 
 def _torch_view(mgr: KVCacheManager, arr: Any) -> Any:
-    import torch
-    from torch.utils.dlpack import from_dlpack
+    import torch  # optional: the attention oracle runs only where torch is installed
+    from torch.utils.dlpack import from_dlpack  # optional, as torch above
 
     if mgr.backend.name == "numpy":
         return torch.from_numpy(np.asarray(arr))
@@ -76,7 +75,7 @@ class AttentionOracle:
 
     def paged(self, kv: KVCache, lc: int, q: np.ndarray[Any, Any]) -> Any:
         """Attention of query q at position h = history, gathering K/V by page."""
-        import torch
+        import torch  # optional: the attention oracle runs only where torch is installed
 
         self.mgr.backend.synchronize_all()
         t, d, h = self.t, self.d, kv.history
@@ -93,7 +92,7 @@ class AttentionOracle:
         return self._attend(torch.as_tensor(q, device=kvs.device), kvs[keep])
 
     def dense(self, kv: KVCache, lc: int, q: np.ndarray[Any, Any]) -> Any:
-        import torch
+        import torch  # optional: the attention oracle runs only where torch is installed
 
         h = kv.history
         allpos = np.arange(h + 1)
@@ -103,7 +102,7 @@ class AttentionOracle:
 
     @staticmethod
     def _attend(q: Any, kvs: Any) -> Any:
-        import torch
+        import torch  # optional: the attention oracle runs only where torch is installed
 
         k, v = kvs[:, 0, :], kvs[:, 1, :]
         w = torch.softmax((k @ q) / float(q.shape[0]) ** 0.5, dim=0)

@@ -52,12 +52,11 @@ from typing import Any
 
 import numpy as np
 
+from kvpocket.impl.backend.numpy_sim import NumpyBackend
+from kvpocket.impl.backend.protocol import StreamRef
+from kvpocket.impl.kvcache import KVCache
+from kvpocket.impl.manager import KVCacheManager
 from kvpocket.model.config import BAD_PAGE_INDEX, LifeCycle, SeqStatus, stale_range
-
-from .backend.numpy_sim import NumpyBackend
-from .backend.protocol import StreamRef
-from .kvcache import KVCache
-from .manager import KVCacheManager
 
 _M1 = np.uint32(0x85EBCA6B)
 _M2 = np.uint32(0xC2B2AE35)
