@@ -144,6 +144,8 @@ class KVCache:
         return self._device_index[lc]
 
     def stale_range(self, lc: int) -> tuple[int, int]:
+        """The blocks `[start, end)` of life cycle `lc` out of the window (unlocked, their
+        index entries BAD). An empty range names no block, whatever its start."""
         self._check_lc(lc)
         return window.out_of_window(self._lcs[lc], self.history, self._t)
 

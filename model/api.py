@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from .choices import BELOW, CLASH, HIT, REUSE
 from .config import (
     GPU_LEVEL,
     NONE,
@@ -196,9 +197,6 @@ def make_room(ex: Executor, level: int, pg: int, need: Term) -> None:
                     ex.do("drop", page=victim)
                 for _ in ex.when(ops.and_(ops.not_(room), ops.not_(droppable))):
                     ex.fail(f"no room below level {level} for a HELD page")
-
-
-BELOW = "below"  # the choice kind: does the manager make room one level down for a victim?
 
 
 def _makes_room_below(ex: Executor, level: int, pg: int, room: Term) -> Term:
@@ -464,7 +462,6 @@ def park_or_release(ex: Executor, seq: int, lc: int, o: int, page: Term) -> None
         ex.do("release", page=page)
 
 
-CLASH = "clash"  # the choice kind: what commit does with a block whose key is committed
 CLASH_LABELS = ("stop", "cache")  # stop committing / cache the block again
 
 
@@ -629,9 +626,6 @@ def close(ex: Executor, seq: int) -> None:
         ex.do("set_status", seq=seq, status=int(SeqStatus.CLOSED))
 
 
-HIT = "hit"  # the choice kind: which cached copy of a block a prefix match reuses
-
-
 def _copies_of(ex: Executor, key: int) -> list[list[int]]:
     """Per life cycle, the committed pages of one block key, ascending (more than one only
     when a manager cached a block again on a `clash`); none for NONE (never interned)."""
@@ -657,9 +651,6 @@ def _reused_copy(ex: Executor, copies: list[int]) -> int:
         return copies[0]
     return int(ex.choose(HIT, range(ex.lay.pages), copies.__contains__,
                          lambda p: _where(ex, p), among=lambda: copies))
-
-
-REUSE = "reuse"  # the choice kind: how many prompt tokens `create` reuses from the cache
 
 
 def _reused_blocks(ex: Executor, found: list[list[list[int]]], full: int) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn, Protocol, overload
 
+from .choices import RECORDED
 from .errors import ChoiceRejected, GuardViolation, MissingChoice, OutOfPages, UsageError
 from .logic import CONCRETE, Ops, Term
 from .pages import PAGE_ACTIONS
@@ -176,10 +177,8 @@ class _LazyLabels(Sequence[object]):
         return self._label(c) if self._label else c
 
 
-# The choices an implementation makes too (and records); "page" (which dead page record a
-# new page reuses) is the model's own bookkeeping. "clash", "hit" and "reuse" are
-# `api.CLASH`, `api.HIT` and `api.REUSE`.
-CHOICE_KINDS = ("slot", "victim", "pocket", "clash", "hit", "reuse")
+# The choices an implementation makes too (and records): `choices.CHOICES` is the table.
+CHOICE_KINDS = RECORDED
 OnMissing = Literal["lowest", "note", "raise"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +134,30 @@ def test_one_validator_reads_both_forms_of_the_table() -> None:
         check_params("advance", {"stream": "copy"})
     with pytest.raises(ValueError, match="list of ints"):
         check_params("create", {"seq": 0, "prompt": [True]}, events, events=True)
+
+
+def test_one_table_of_choice_kinds_read_by_every_engine() -> None:
+    """`model/choices.py` is the one list: every kind the API programs pick is in it, every
+    kind in it is picked somewhere, and the executors, the event-log format and the trace
+    checker read it rather than lists of their own."""
+    import ast
+
+    from kvpocket.model import choices
+    from kvpocket.verify.traces import trace, tracecheck
+
+    api_source = ast.parse((Path(__file__).resolve().parents[2] / "model" / "api.py").read_text())
+    picked: set[str] = set()
+    for node in ast.walk(api_source):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "choose" and node.args):
+            first = node.args[0]
+            if isinstance(first, ast.Constant):
+                picked.add(str(first.value))
+            else:
+                assert isinstance(first, ast.Name), ast.dump(first)
+                picked.add(str(getattr(choices, first.id)))
+    assert picked == set(choices.CHOICES)
+    assert CHOICE_KINDS is choices.RECORDED and trace.CHOICE_KINDS is choices.RECORDED
+    assert set(tracecheck.FREE_KINDS) == set(choices.OPEN) - {choices.SLOT}
+    assert tracecheck.DEFAULTED_KINDS is choices.DEFAULTED
+    assert all(choices.CHOICES[k].open for k in choices.DEFAULTED)

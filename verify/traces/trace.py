@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from kvpocket.model import errors as model_errors
-from kvpocket.model.api import API, CLASH, CLASH_LABELS, HIT, REUSE, Param
+from kvpocket.model.api import API, CLASH_LABELS, Param
+from kvpocket.model.choices import CLASH, RECORDED, REUSE, SLOT
 from kvpocket.model.config import (
     ConfigError,
     JsonValueError,
@@ -682,7 +683,7 @@ def replay_on_model(trace: Trace) -> tuple[int, list[str]]:
 
 # ---- event logs --------------------------------------------------------------------------
 
-CHOICE_KINDS = ("slot", "victim", "pocket", CLASH, HIT, REUSE)
+CHOICE_KINDS = RECORDED  # `model/choices.py`: the kinds a manager makes and records
 OBSERVED_KEYS = ("free", "status", "index", "pocket")
 OBSERVED_STATUSES = ("SUSPENDED", "ACTIVE", "CLOSED")  # a created sequence's statuses
 
@@ -831,7 +832,7 @@ def _choices(raw: object, where: str) -> list[tuple[str, Any]]:
             raise TraceError(f"{where}: bad choice {c!r}: expected [kind, label] with kind one "
                              f"of {', '.join(CHOICE_KINDS)}")
         kind, label = c
-        if kind in ("slot", REUSE) and not _is_int(label):
+        if kind in (SLOT, REUSE) and not _is_int(label):
             what = "a slot id" if kind == "slot" else "a token count"
             raise TraceError(f"{where}: a {kind} choice's label is {what}, got {label!r}")
         if kind == CLASH:
@@ -840,10 +841,10 @@ def _choices(raw: object, where: str) -> list[tuple[str, Any]]:
                                  f"{', '.join(map(json.dumps, CLASH_LABELS))}, got {label!r}")
             out.append((kind, label))
             continue
-        if kind not in ("slot", REUSE) and not _is_location(label):
+        if kind not in (SLOT, REUSE) and not _is_location(label):
             raise TraceError(f"{where}: a {kind} choice's label is [level, pool_group, slot], "
                              f"got {label!r}")
-        out.append((kind, label if kind in ("slot", REUSE) else tuple(label)))
+        out.append((kind, label if kind in (SLOT, REUSE) else tuple(label)))
     return out
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpocket.model.api import BELOW, CLASH, HIT, REUSE
+from kvpocket.model.choices import BELOW, DEFAULTED, OPEN, SLOT
 from kvpocket.model.config import NONE, KVConfig, Order, SeqStatus, num_blocks_for
 from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
 from kvpocket.model.executor import Chooser, RecordedChooser, Step
@@ -39,12 +39,13 @@ HISTORY = 12  # earlier events shown per report (and kept per location)
 PROGRESS_EVERY = 5000
 MAX_STATES = 64  # model states kept that fit a log without choices so far
 MAX_RUNS = 512  # choice sequences tried for one event without choices
-# the policy choices the safety spec leaves to the manager (slots are inferred apart)
-FREE_KINDS = ("victim", "pocket", BELOW, CLASH, HIT, REUSE)
+# the policy choices the safety spec leaves to the manager, searched where a log leaves
+# them out (slots are inferred apart, from the observed slots or the free list)
+FREE_KINDS = tuple(k for k in OPEN if k != SLOT)
 # choices a log may leave out where the manager did what every manager did before they
 # existed (the first option): stop committing on a key clash, reuse the longest prefix
 # whose every block is cached
-DEFAULTED_KINDS = (CLASH, REUSE)
+DEFAULTED_KINDS = DEFAULTED
 # events that make no choice, by what a verdict calls them
 NO_CHOICE = {"advance": "stream completion", "fail_allocation": "injected fault",
              "fail_copy": "injected fault"}
