@@ -204,7 +204,7 @@ def test_gpu_suite_steps_on_the_simulator(tmp_path: Path) -> None:
 
 
 def test_oracle_ab_against_itself() -> None:
-    oracle_py = Path(device.__file__).resolve().parents[2] / "impl" / "oracle.py"
+    oracle_py = Path(device.__file__).resolve().parents[1] / "oracles" / "data.py"
     r = device.oracle_ab(str(oracle_py), batch=2, window=8, steps=20, reps=1)
     assert r["positions"] == 2 * sum(min(h + 1, 8) for h in range(20))
     assert set(r["positions_per_cpu_second"]) == {"old reads", "new reads", "new sweep"}
