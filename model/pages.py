@@ -55,9 +55,9 @@ class Param:
 @dataclass(frozen=True)
 class PageAction:
     name: str
+    conditions: Callable[[Ops, Layout, State, Params], list[Cond]]  # the guard, `g_<name>`
+    effect: Callable[[Ops, Layout, State, Params], State]  # `e_<name>`
     params: tuple[Param, ...]
-    conditions: Callable[[Ops, Layout, State, Params], list[Cond]]
-    effect: Callable[[Ops, Layout, State, Params], State]
     doc: str
 
     def guard(self, ops: Ops, lay: Layout, s: State, p: Params) -> list[Cond]:
@@ -786,47 +786,47 @@ def pocket_size_all(ops: Ops, lay: Layout, s: State, seq: Term) -> Term:
     ])
 
 
-def _a(name: str, params: tuple[Param, ...], doc: str) -> PageAction:
-    g = globals()
-    return PageAction(name, params, g[f"g_{name}"], g[f"e_{name}"], doc)
-
-
 PAGE_ACTIONS: dict[str, PageAction] = {a.name: a for a in (
-    _a("allocate", (P_PAGE, P_SEQ, P_LC, P_ORD, P_GPU_SLOT),
+    PageAction("allocate", g_allocate, e_allocate, (P_PAGE, P_SEQ, P_LC, P_ORD, P_GPU_SLOT),
        "A free GPU slot becomes a new uncommitted page, locked by its block."),
-    _a("release", (P_PAGE,),
+    PageAction("release", g_release, e_release, (P_PAGE,),
        "A DROPPABLE uncommitted page dies; its slot returns to its level's allocator."),
-    _a("lock", (P_PAGE, P_SEQ, P_LC, P_ORD),
+    PageAction("lock", g_lock, e_lock, (P_PAGE, P_SEQ, P_LC, P_ORD),
        "A block's holder becomes a lock: the page must be at GPU; it leaves the queue."),
-    _a("unlock", (P_PAGE, P_SEQ, P_LC, P_ORD),
+    PageAction("unlock", g_unlock, e_unlock, (P_PAGE, P_SEQ, P_LC, P_ORD),
        "A block's lock becomes a holder; the index entry turns BAD; scheduled if evictable."),
-    _a("hold", (P_PAGE, P_SEQ, P_LC, P_ORD),
+    PageAction("hold", g_hold, e_hold, (P_PAGE, P_SEQ, P_LC, P_ORD),
        "A block holds a committed page (prefix reuse); unqueued if no longer evictable."),
-    _a("release_holder", (P_PAGE, P_SEQ, P_LC, P_ORD),
+    PageAction("release_holder", g_release_holder, e_release_holder, (P_PAGE, P_SEQ, P_LC, P_ORD),
        "A block drops its holder; a DROPPABLE committed page stays queued for reuse."),
-    _a("schedule", (P_PAGE,), "An evictable page is pushed at the tail of its queue."),
-    _a("exclude", (P_PAGE,), "A queued page is taken out of its queue (pinned)."),
-    _a("evict_begin", (P_PAGE, P_DST_SLOT),
+    PageAction("schedule", g_schedule, e_schedule, (P_PAGE,),
+       "An evictable page is pushed at the tail of its queue."),
+    PageAction("exclude", g_exclude, e_exclude, (P_PAGE,),
+       "A queued page is taken out of its queue (pinned)."),
+    PageAction("evict_begin", g_evict_begin, e_evict_begin, (P_PAGE, P_DST_SLOT),
        "The queue head starts migrating one level down: destination slot reserved, copy in flight."),
-    _a("onboard_begin", (P_PAGE, P_DST_SLOT),
+    PageAction("onboard_begin", g_onboard_begin, e_onboard_begin, (P_PAGE, P_DST_SLOT),
        "A pinned HELD page starts migrating up to GPU (resume)."),
-    _a("migrate_complete", (P_PAGE,),
+    PageAction("migrate_complete", g_migrate_complete, e_migrate_complete, (P_PAGE,),
        "A migration completes: the source slot is released with the copy's event."),
-    _a("copy_fail", (P_PAGE,),
+    PageAction("copy_fail", g_copy_fail, e_copy_fail, (P_PAGE,),
        "A migration's copy fails: the destination slot is released, the page stays."),
-    _a("drop", (P_PAGE,), "The queue head, DROPPABLE and committed, is dropped."),
-    _a("drop_parked", (P_PAGE,),
+    PageAction("drop", g_drop, e_drop, (P_PAGE,), "The queue head, DROPPABLE and committed, is dropped."),
+    PageAction("drop_parked", g_drop_parked, e_drop_parked, (P_PAGE,),
        "The queue head, parked, is dropped (evict_parked=drop): its slot is released without "
        "a copy; its pocket entry stays, slotless, until popped (refused) or drained."),
-    _a("park", (P_PAGE, P_SEQ, P_LC, P_ORD),
+    PageAction("park", g_park, e_park, (P_PAGE, P_SEQ, P_LC, P_ORD),
        "A freshly stale, orphaned page moves from its block into the sequence's pocket."),
-    _a("pop", (P_SEQ, P_LC, P_POS, P_ORD),
+    PageAction("pop", g_pop, e_pop, (P_SEQ, P_LC, P_POS, P_ORD),
        "A parked page's slot serves a new block (the policy decides what is re-checked)."),
-    _a("drain", (P_SEQ, P_LC, P_POS), "A pocket entry is released; the page dies."),
-    _a("commit_page", (P_PAGE, P_KEY), "An uncommitted page becomes committed under a block key."),
-    _a("complete", (P_STREAM,), "A stream's outstanding GPU work completes."),
-    _a("set_status", (P_SEQ, P_STATUS), "Sequence bookkeeping: its status changes."),
-    _a("set_lengths", (P_SEQ, P_CAP, P_HIST, P_COMMITTED),
+    PageAction("drain", g_drain, e_drain, (P_SEQ, P_LC, P_POS), "A pocket entry is released; the page dies."),
+    PageAction("commit_page", g_commit_page, e_commit_page, (P_PAGE, P_KEY),
+       "An uncommitted page becomes committed under a block key."),
+    PageAction("complete", g_complete, e_complete, (P_STREAM,), "A stream's outstanding GPU work completes."),
+    PageAction("set_status", g_set_status, e_set_status, (P_SEQ, P_STATUS),
+       "Sequence bookkeeping: its status changes."),
+    PageAction("set_lengths", g_set_lengths, e_set_lengths, (P_SEQ, P_CAP, P_HIST, P_COMMITTED),
        "Sequence bookkeeping: capacity, history and committed token count change."),
-    _a("set_commit_state", (P_SEQ, P_CSTATE), "Sequence bookkeeping: committing stops or restarts."),
+    PageAction("set_commit_state", g_set_commit_state, e_set_commit_state, (P_SEQ, P_CSTATE),
+       "Sequence bookkeeping: committing stops or restarts."),
 )}
