@@ -8,21 +8,19 @@ this instead?") overrides a label, never a switch written into the spec:
 * `("always", True)`  the condition always holds (a dropped guard or check);
 * `("add", k)`        an integer term shifted by k (an off-by-one).
 
-Overrides are plain data, so they reach spawned workers through the environment
-variable `KVPOCKET_MODEL_OVERRIDES` (JSON, read at import; `overriding` sets it while
-active). With none active, `named` is one dictionary test.
+Overrides are plain data. Nothing here reads the environment: a verifier switches them on
+in-process (`overriding`), and hands them to the worker processes it starts, which
+`install` them (`verify/conformance/fuzz.py: init_worker`, as seeded bugs of impl/ are).
+With none active, `named` is one dictionary test.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from .logic import Ops, Term
 
-ENV = "KVPOCKET_MODEL_OVERRIDES"
 KINDS = ("always", "add")
 Override = tuple[str, int | bool]
 
@@ -35,16 +33,7 @@ def check_override(label: str, ov: object) -> Override:
     return (str(ov[0]), ov[1])
 
 
-def _parse(text: str | None) -> dict[str, Override]:
-    if not text:
-        return {}
-    raw = json.loads(text)
-    if not isinstance(raw, dict):
-        raise ValueError(f"{ENV}: expected a JSON object of label -> [kind, value]")
-    return {str(k): check_override(str(k), v) for k, v in raw.items()}
-
-
-_ACTIVE: dict[str, Override] = _parse(os.environ.get(ENV))
+_ACTIVE: dict[str, Override] = {}
 
 
 def named(ops: Ops, label: str, term: Term) -> Term:
@@ -63,19 +52,23 @@ def active() -> dict[str, Override]:
     return dict(_ACTIVE)
 
 
+def install(overrides: Mapping[str, Override]) -> None:
+    """Switch the overrides on for the rest of this process (a worker started by a
+    verifier that had them on)."""
+    checked = {label: check_override(label, ov) for label, ov in overrides.items()}
+    _ACTIVE.clear()
+    _ACTIVE.update(checked)
+
+
 @contextmanager
 def overriding(overrides: Mapping[str, Override]) -> Iterator[None]:
-    """Override the labelled conditions for the block (and processes it spawns)."""
+    """Override the labelled conditions for the block; workers started inside it get them
+    from their starter (`install`)."""
     checked = {label: check_override(label, ov) for label, ov in overrides.items()}
-    saved, saved_env = dict(_ACTIVE), os.environ.get(ENV)
+    saved = dict(_ACTIVE)
     _ACTIVE.update(checked)
-    os.environ[ENV] = json.dumps(_ACTIVE, sort_keys=True)
     try:
         yield
     finally:
         _ACTIVE.clear()
         _ACTIVE.update(saved)
-        if saved_env is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = saved_env

@@ -675,8 +675,8 @@ def test_the_old_mutant_variable_is_refused_not_ignored(
 
 def test_a_spec_override_left_in_the_environment_is_refused(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The variable is read at import and changes the spec: a campaign run with it set
-    would check a mutant spec and call the result clean."""
+    """Earlier versions read the variable at import and changed the spec; it is no longer
+    read, and a run with it set says so rather than ignore it silently."""
     monkeypatch.setenv("KVPOCKET_MODEL_OVERRIDES", '{"pocket-holds": ["always", true]}')
     assert main(["fuzz", "--total-examples", "1"]) == 2
     out, err = capsys.readouterr()

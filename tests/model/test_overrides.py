@@ -3,6 +3,7 @@ override reaches both the guard and the program, and it is always restored."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 
 import pytest
@@ -41,9 +42,24 @@ def test_override_reaches_the_guard_and_is_restored() -> None:
     assert before["page is committed"] is False
     with overrides.overriding({"page is committed": ("always", True)}):
         assert dict(drop.guard(CONCRETE, LAY, s, {"page": 0}))["page is committed"] is True
-        assert "page is committed" in os.environ[overrides.ENV]
     assert dict(drop.guard(CONCRETE, LAY, s, {"page": 0})) == before
-    assert overrides.ENV not in os.environ and not overrides.any_override()
+    assert not overrides.any_override()
+
+
+def test_overrides_reach_workers_by_install_never_through_the_environment() -> None:
+    """The spec reads no environment: a worker gets the overrides from the process that
+    starts it (the campaign's pool initializer), and a process started otherwise has none."""
+    from kvpocket.verify.conformance.fuzz import init_worker
+
+    env_before = dict(os.environ)
+    mutant = {"page is committed": ("always", True)}
+    ctx = multiprocessing.get_context("spawn")
+    with overrides.overriding(mutant):
+        assert dict(os.environ) == env_before
+        with ctx.Pool(1, initializer=init_worker, initargs=(None, (), overrides.active())) as pool:
+            assert pool.apply(overrides.active) == mutant
+        with ctx.Pool(1) as pool:
+            assert pool.apply(overrides.active) == {}
 
 
 def test_shift_override_moves_an_integer_term() -> None:

@@ -27,7 +27,6 @@ from typing import Any
 from kvpocket.impl.backend import gpu_available
 from kvpocket.model.config import ConfigError, KVConfig, Order, PocketPolicy, check_fits
 from kvpocket.model.errors import UsageError
-from kvpocket.model.overrides import ENV as OVERRIDES_ENV
 from kvpocket.model.overrides import overriding
 from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify import patching
@@ -71,6 +70,7 @@ from kvpocket.verify.usage import (
 )
 
 MUTANT_ENV = "KVPOCKET_MUTANT"  # read by earlier versions; refused, never silently ignored
+OVERRIDES_ENV = "KVPOCKET_MODEL_OVERRIDES"  # the same, for spec overrides
 
 
 class _Parser(argparse.ArgumentParser):
@@ -708,10 +708,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CliError(f"environment variable {MUTANT_ENV} is no longer read (impl/ has "
                            "no switches); unset it, and switch a seeded bug on with "
                            "`kvpocket fuzz --mutant NAME` (`kvpocket mutants --list`)")
-        if os.environ.get(OVERRIDES_ENV) is not None:  # read at import: the spec is already changed
-            raise CliError(f"environment variable {OVERRIDES_ENV} is set: it overrides conditions "
-                           "of the spec (kvpocket sets it only for its own worker processes); "
-                           "unset it, or run spec mutants with `kvpocket mutants`")
+        if os.environ.get(OVERRIDES_ENV) is not None:  # an old way to switch a spec mutant on
+            raise CliError(f"environment variable {OVERRIDES_ENV} is no longer read (the spec "
+                           "carries no switches); unset it, and run spec mutants with "
+                           "`kvpocket mutants`")
         with interrupt_scope():
             code = _run(parser, argv)
             if was_interrupted() and code != EXIT_INTERRUPTED:  # a stop is never a verdict

@@ -339,11 +339,14 @@ def _usage_message(exc: BaseException, spec: CampaignSpec) -> str:
 _SHARED_STEPS: Any = None  # a multiprocessing.Value, inherited by each worker
 
 
-def init_worker(counter: Any, bugs: tuple[patching.SeededBug, ...] = ()) -> None:
-    """A worker process: the shared step counter, and the seeded bugs its parent had on."""
+def init_worker(counter: Any, bugs: tuple[patching.SeededBug, ...] = (),
+                spec_mutant: dict[str, overrides.Override] | None = None) -> None:
+    """A worker process: the shared step counter, and the seeded bugs and spec overrides
+    its parent had on."""
     global _SHARED_STEPS
     _SHARED_STEPS = counter
     patching.install(bugs)
+    overrides.install(spec_mutant or {})
     interrupts.worker_ctrl_c()
 
 
@@ -412,7 +415,8 @@ def run_campaign(spec: CampaignSpec, workers: int = 1, show_progress: bool = Tru
         for i in range(workers)
     ]
     with interrupts.starting_workers():  # a Ctrl-C while they start: no traceback
-        pool = ctx.Pool(workers, initializer=init_worker, initargs=(counter, patching.active()))
+        pool = ctx.Pool(workers, initializer=init_worker, initargs=(counter, patching.active(),
+                                                                 overrides.active()))
     with CampaignProgress(spec, show_progress) as bar, pool:
         pending = pool.map_async(worker_entry, specs)
         try:

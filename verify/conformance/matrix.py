@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvpocket.model import overrides
 from kvpocket.model.config import KVConfig, PocketPolicy
 from kvpocket.verify import interrupts, patching
 from kvpocket.verify.conformance.fuzz import (
@@ -385,7 +386,8 @@ class _Runner:
             self.counter = ctx.Value("q", 0)
             with interrupts.starting_workers():  # a Ctrl-C while they start: no traceback
                 self.pool = ctx.Pool(self.workers, initializer=init_worker,
-                                     initargs=(self.counter, patching.active()))
+                                     initargs=(self.counter, patching.active(),
+                                               overrides.active()))
         todo = list(slices)
         in_flight: list[tuple[Slice, Any]] = []
         stopping = False
