@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator
 from typing import Protocol
 
 from .undo import Op
@@ -85,10 +84,6 @@ class EvictionQueue:
     def ordered(self) -> list[int]:
         """Page ids in eviction order."""
         return [pid for pid, _ in sorted(self.entries.items(), key=lambda kv: kv[1])]
-
-    def iter_ordered(self) -> Iterator[int]:
-        yield from self.ordered()
-
 
 class VictimPolicy(Protocol):
     """Chooses the next victim from a queue (replaceable to force a trace).

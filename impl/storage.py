@@ -29,7 +29,6 @@ stays one batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -336,6 +335,3 @@ class Storage:
         for p in pages:
             if p.level != GPU_LEVEL:
                 self.migrate(p, GPU_LEVEL, op, seq)
-
-    def iter_pages(self) -> Iterator[Page]:
-        return iter(self.pages.values())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .exceptions import CapacityFailure, ManagerShutdownError
+from .exceptions import ManagerShutdownError
 from .undo import Choice, Op
 
 if TYPE_CHECKING:
@@ -55,14 +55,6 @@ class Transactions:
             work()
         self.counters.merge(op.counts)
         self.storage.begin_op()
-
-    def run_bool(self, fn: Callable[[Op], None]) -> bool:
-        """`run`, with a capacity failure turned into False."""
-        try:
-            self.run(fn)
-        except CapacityFailure:
-            return False
-        return True
 
     # ---- the choice record -------------------------------------------------------------
     def last_choices(self) -> list[Choice]:

@@ -642,8 +642,3 @@ def stale_range(lc: LifeCycle, history: int, tokens_per_block: int) -> tuple[int
         return start, start
     end = max(start, (history + 1 - lc.window) // t)
     return start, end
-
-
-def is_stale(lc: LifeCycle, block: int, history: int, tokens_per_block: int) -> bool:
-    start, end = stale_range(lc, history, tokens_per_block)
-    return start <= block < end

@@ -9,7 +9,7 @@ index can be a symbolic term. Only `Layout` knows the flattening.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .config import (
@@ -357,7 +357,3 @@ def dead_page_ids(ops: Ops, lay: Layout, s: State) -> Iterable[int]:
     if not ops.symbolic and isinstance(s.alive, SparseArray) and s.alive.default is False:
         return s.alive.default_positions()
     return range(lay.pages)
-
-
-def with_fields(s: State, **changes: Term) -> State:
-    return replace(s, **changes)

@@ -138,12 +138,6 @@ def was_interrupted() -> bool:
     return _state["count"] > 0
 
 
-def note_interrupt() -> None:
-    """Record an interruption seen another way (a `KeyboardInterrupt` raised by a test or
-    by a library), so callers that check `was_interrupted` see it too."""
-    _state["count"] = max(_state["count"], 1)
-
-
 def stop_if_interrupted() -> None:
     """Raise `KeyboardInterrupt` again if one was caught and absorbed below the caller."""
     if was_interrupted():

@@ -18,7 +18,7 @@ from kvpocket.verify.quality.patches import BUGS, switched_on
 from kvpocket.verify.quality.seeded import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC_WINDOW_NAMES = {"stale_range", "is_stale"}
+SPEC_WINDOW_NAMES = {"stale_range"}
 
 
 def _blocks(r: tuple[int, int]) -> set[int]:

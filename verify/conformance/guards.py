@@ -145,14 +145,6 @@ def expected_guard_states(cfg: KVConfig) -> list[str]:
     return [label(a, st, sh) for st in allowed_states(cfg) for a in ACTIONS]
 
 
-def all_guard_states() -> list[str]:
-    """Every label `guard_label` can produce (the family's names, for reports)."""
-    shapes = product(("no window", "1 window", "2+ windows"), ("sinks", "no sinks"))
-    states = product(STATUSES, (COMMITTING, STOPPED), (EMPTY, PARTLY, FULL),
-                     (NOTHING, WITH_SLOT, WITHOUT_SLOT))
-    return [label(a, st, sh) for sh in shapes for st in states for a in ACTIONS]
-
-
 def expected_drawn_guard_states(policy: PocketPolicy) -> list[str]:
     """The guard combinations a cell that draws its configurations must reach: those only
     drawn configurations have (several sliding windows, sinks), in the states every such

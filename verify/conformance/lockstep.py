@@ -393,9 +393,6 @@ class Lockstep:
             if isinstance(seq, int) and 0 <= seq < self.cfg.num_sequences else 0
         return self.model.run(action, model_params(self, action, p, committed))
 
-    def impl_seq(self, seq: int) -> int:
-        return self._id(seq)
-
     def handle(self, seq: int) -> KVCache:
         """The slot's current handle, kept as an integrator keeps it (the manager forgets
         the oldest closed handles); a slot never created: the manager's answer."""
