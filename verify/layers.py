@@ -4,7 +4,7 @@ A module may import from its own unit (a subpackage, or a top-level module of `v
 and from units of lower layers, never from a higher layer or from a peer of its own
 layer: units on one line of `LAYERS` do not import each other (they are independent
 engines, not a cycle split in two). Within a unit, modules import each other without a
-cycle. `tests/verify/test_verify_layers.py` checks all of it on every import (module
+cycle. `tests/test_layers.py` checks all of it on every import (module
 level, `TYPE_CHECKING` blocks and imports inside functions alike), and
 `verify/cli/archgen.py` draws the picture in docs/architecture.md from the same walk.
 

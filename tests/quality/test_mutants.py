@@ -82,13 +82,13 @@ def test_mutant_is_killed(name: str) -> None:
 
 
 # That the unmutated kit raises no false alarm on the presets the mutants run on is the clean
-# run of the default matrix (tests/lockstep/test_matrix.py) and, for a preset and policy no
-# cell has, of the `ci` campaign (tests/lockstep/test_campaigns.py checks it has them all).
+# run of the default matrix (tests/conformance/test_matrix.py) and, for a preset and policy no
+# cell has, of the `ci` campaign (tests/conformance/test_campaigns.py checks it has them all).
 
 
 def test_no_false_alarm_induction() -> None:
     """Without its override each spec mutant's obligations are proved: they are among those
-    `tests/verify/test_z3_prove.py::test_step_invariants_are_inductive` proves for every
+    `tests/proofs/test_z3_prove.py::test_step_invariants_are_inductive` proves for every
     action on gpu-host under revalidate and pin (run once there, not again per mutant)."""
     for m in MUTANTS.values():
         if m.layer == "model" and m.actions:

@@ -8,7 +8,7 @@ of life cycles and their windows, sinks, order and priorities, tokens per block,
 groups, levels and slots per level, sequences, the pocket's capacity, policy and
 `evict_parked`. Sizes stay small so that eviction, parking and OutOfPages happen within
 a few steps, and every drawn value is one `KVConfig` accepts (a strategy that drew an
-invalid one would be a bug of this module, tested in tests/lockstep/test_configs.py).
+invalid one would be a bug of this module, tested in tests/conformance/test_configs.py).
 """
 
 from __future__ import annotations

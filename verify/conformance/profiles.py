@@ -21,7 +21,7 @@ database that Hypothesis's `@seed` would switch off, and `only_the_seed` stops
 Hypothesis from mixing in constants collected from whatever modules the
 process happened to import (which made CI runs differ from local ones). Both use
 Hypothesis's private internals (no public API does either), hence the upper bound on
-Hypothesis in pyproject.toml and tests/lockstep/test_hypothesis_internals.py, which fails
+Hypothesis in pyproject.toml and tests/conformance/test_hypothesis_internals.py, which fails
 by name when a release moves them.
 """
 
@@ -97,7 +97,7 @@ def seeded(test: Any, seed: int) -> Any:
     Hypothesis's public `@seed` also switches the database off (it treats a seeded
     run as a replay), but a campaign needs both: the same examples for the same seed
     on a fresh database, and failures pooled for the other workers. So this sets only
-    the seed attribute that `@seed` sets; tests/lockstep/test_hypothesis_internals.py
+    the seed attribute that `@seed` sets; tests/conformance/test_hypothesis_internals.py
     fails if a Hypothesis release changes that.
     """
     test._hypothesis_internal_use_seed = seed

@@ -39,7 +39,7 @@ What does not fit is abstracted soundly and reported:
   that should be an element) yields a fresh unconstrained value: the concrete value is
   one of its values, so the transition relation only grows.
 
-`tests/verify/test_parametric.py` checks the over-approximation on sampled reachable
+`tests/proofs/test_parametric.py` checks the over-approximation on sampled reachable
 states: the abstraction of every concrete successor is a successor of the abstraction.
 """
 

@@ -21,7 +21,7 @@ proved for every depth, and says so.
 
 The model's concrete execution is what makes this fast at small scopes (thousands of
 states, no solver); the symbolic engine stays the independent cross-check, and the two
-must agree (tests/verify/test_bmc.py).
+must agree (tests/proofs/test_bmc.py).
 """
 
 from __future__ import annotations

@@ -430,7 +430,7 @@ PARAMETRIC_INVARIANTS: tuple[PInvariant, ...] = (
 )
 
 # Why each invariant above that is not derived is restated with quantifiers (its agreement
-# with the model's definition is checked by `tests/verify/test_parametric.py`).
+# with the model's definition is checked by `tests/proofs/test_parametric.py`).
 RESTATED: dict[str, str] = {
     "slot_owned_once": "loops over every page record and every slot (flat index) of each "
                        "level: the slot table is a function per (level, pool group) here",

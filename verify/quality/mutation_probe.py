@@ -71,15 +71,15 @@ ONLY_FUNCTIONS: dict[str, tuple[str, ...]] = {
 # run per mutant (Hypothesis seeded, so a verdict does not depend on the run). The runner
 # finds the mutated module by its content (`baseline_hashes`), so each mutant runs its
 # module's tests only; the structural tests (`test_verifier_teeth.py`) come first.
-TEETH = "tests/verify/test_verifier_teeth.py"
+TEETH = "tests/quality/test_verifier_teeth.py"
 _MODEL_TESTS = (TEETH, "tests/model/test_fastcheck.py", "tests/model/test_incremental.py")
-_LOCKSTEP_TESTS = (TEETH, "tests/quality/test_reach.py", "tests/lockstep/test_regressions.py")
+_LOCKSTEP_TESTS = (TEETH, "tests/quality/test_reach.py", "tests/conformance/test_regressions.py")
 VERIFIER_KILL_TESTS: dict[str, tuple[str, ...]] = {
     "verify/conformance/abstraction.py": _LOCKSTEP_TESTS,
     "verify/conformance/views.py": _LOCKSTEP_TESTS,
     "verify/conformance/lockstep.py": _LOCKSTEP_TESTS,
-    "verify/traces/tracecheck.py": (TEETH, "tests/trace/test_event_logs.py",
-                                    "tests/trace/test_integrator_defects.py"),
+    "verify/traces/tracecheck.py": (TEETH, "tests/traces/test_event_logs.py",
+                                    "tests/traces/test_integrator_defects.py"),
     # the spec's catalogue (docs/spec.md) is generated from the invariants' statements
     "model/invariants.py": (*_MODEL_TESTS,
                             "tests/test_docs.py::test_generated_sections_are_current[spec.md]"),

@@ -237,7 +237,7 @@ def test_each_verifier_mutant_runs_its_modules_tests(tmp_path: Path) -> None:
     target.write_text(target.read_text().replace("!=", "==", 1))
     assert mp.mutated_modules(tmp_path) == ["verify/traces/tracecheck.py"]
     tests = mp.kill_tests(["verify/traces/tracecheck.py"])
-    assert tests[0] == mp.TEETH and "tests/trace/test_event_logs.py" in tests
+    assert tests[0] == mp.TEETH and "tests/traces/test_event_logs.py" in tests
     assert set(mp.VERIFIER_KILL_TESTS) == set(mp.VERIFIER_MODULES)
     assert mp.kill_tests(list(mp.VERIFIER_MODULES)) == list(mp.VERIFIER_TESTS)
     out = tmp_path / "cfg" / "cr.toml"

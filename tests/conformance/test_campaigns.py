@@ -26,7 +26,7 @@ CLEAN_POLICIES = (PocketPolicy.REVALIDATE, PocketPolicy.PIN)
 def test_every_seeded_bug_preset_has_a_clean_run() -> None:
     """The seeded bugs' kill tests (tests/quality) rely on a clean run of the unmutated kit
     on each preset and policy they use: a cell of the default matrix (its clean run is
-    tests/lockstep/test_matrix.py) or a campaign below."""
+    tests/conformance/test_matrix.py) or a campaign below."""
     cells = {(c.config_name, c.policy) for c in DEFAULT_MATRIX}
     here = {(p, q.value) for p in CLEAN_PRESETS for q in CLEAN_POLICIES}
     used = {(m.preset, m.policy) for m in MUTANTS.values()}

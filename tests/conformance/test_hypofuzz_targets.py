@@ -1,6 +1,6 @@
 """Lockstep machines as plain test classes, so HypoFuzz (and pytest) can collect them.
 
-`pip install hypofuzz && hypothesis fuzz -- tests/lockstep/test_hypofuzz_targets.py` runs
+`pip install hypofuzz && hypothesis fuzz -- tests/conformance/test_hypofuzz_targets.py` runs
 them as coverage-guided campaigns; under pytest they run a small derandomized budget.
 """
 
