@@ -14,7 +14,7 @@ from .api import API
 from .config import KVConfig, Order
 from .invariants import INVARIANTS
 from .logic import CONCRETE
-from .pages import PAGE_ACTIONS, in_pocket, moving
+from .pages import PAGE_ACTIONS, has_slot, in_pocket, moving
 from .state import Layout, State
 
 
@@ -25,6 +25,7 @@ class Life(StrEnum):
     LOCKED = "Locked"
     HELD = "Held"
     PARKED = "Parked"
+    PARKED_NO_SLOT = "ParkedNoSlot"  # parked, its slot dropped (evict_parked=drop)
     MIGRATING = "Migrating"
     CACHED = "Cached"  # DROPPABLE: committed and queued (radix-tree cache), or about to die
 
@@ -36,7 +37,7 @@ def life_of(lay: Layout, s: State, p: int) -> Life:
     if moving(ops, s, p):
         return Life.MIGRATING
     if in_pocket(ops, s, p):
-        return Life.PARKED
+        return Life.PARKED if has_slot(ops, s, p) else Life.PARKED_NO_SLOT
     if s.locks[p] > 0:
         return Life.LOCKED
     if s.holds[p] > 0:
@@ -46,6 +47,7 @@ def life_of(lay: Layout, s: State, p: int) -> Life:
 
 U, L, H, P, M, C = (Life.UNUSED, Life.LOCKED, Life.HELD, Life.PARKED, Life.MIGRATING,
                     Life.CACHED)
+PNS = Life.PARKED_NO_SLOT
 
 # Transitions each page action may cause for the page it acts on (self-loops omitted).
 PAGE_LIFE: dict[str, tuple[tuple[Life, Life], ...]] = {
@@ -62,10 +64,10 @@ PAGE_LIFE: dict[str, tuple[tuple[Life, Life], ...]] = {
     "migrate_complete": ((M, H), (M, C), (M, P)),
     "copy_fail": ((M, H), (M, C), (M, P)),
     "drop": ((C, U),),
-    "drop_parked": (),  # stays Parked (HELD by its pocket entry), without a slot
+    "drop_parked": ((P, PNS),),  # stays in its pocket (HELD by the entry), without a slot
     "park": ((H, P),),
     "pop": ((P, L),),
-    "drain": ((P, U),),
+    "drain": ((P, U), (PNS, U)),
     "commit_page": (),
     "complete": (),
     "set_status": (),
