@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # Below every engine: named configurations, bug switching, Ctrl-C handling, option
     # checks, progress lines, this file.
     ("verify", "verify.presets", "verify.patching", "verify.interrupts", "verify.usage",
-     "verify.terminal", "verify.layers"),
+     "verify.terminal", "verify.layers", "verify.verdicts"),
     ("verify.oracles",),  # the data and attention oracles, read by the engines above
     ("verify.traces",),
     # Three engines over the traces, independent of each other.

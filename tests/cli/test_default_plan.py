@@ -111,11 +111,12 @@ def test_the_verdict_does_not_depend_on_the_load(tmp_path: Path) -> None:
 
     def run(name: str) -> dict[str, Any]:
         out = tmp_path / name
-        subprocess.run([sys.executable, "-m", "kvpocket.verify.cli", "fuzz", "--total-examples",
-                        "30", "--workers", "2", "--no-progress", "--out", str(out), "--json",
-                        str(out / "fuzz.json")], env=env, check=True, capture_output=True,
-                       timeout=1800)
+        done = subprocess.run([sys.executable, "-m", "kvpocket.verify.cli", "fuzz",
+                               "--total-examples", "30", "--workers", "2", "--no-progress",
+                               "--out", str(out), "--json", str(out / "fuzz.json")],
+                              env=env, capture_output=True, timeout=1800)
         data = json.loads((out / "fuzz.json").read_text())
+        assert done.returncode == (3 if data["unreached"] else 0), done.stderr
         return {k: data[k] for k in ("examples", "steps", "rare_states", "unreached")} | {
             "cells": {c: (s["examples"], s["steps"], s["rare_states"])
                       for c, s in data["cells"].items()}}

@@ -91,7 +91,8 @@ def test_live_fuzz_progress_on_an_80_column_terminal_keeps_failures(
 
 def test_piped_fuzz_shows_plain_progress_with_failures(
         tmp_path: Path, piped: None, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fuzz", "--config", "tiny", "--examples", "5", "--out", str(tmp_path)]) == 0
+    # five examples reach few rare states: found nothing, but incomplete (exit 3)
+    assert main(["fuzz", "--config", "tiny", "--examples", "5", "--out", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert "\r" not in err
     assert err.splitlines()[0].startswith("fuzz tiny/revalidate: failures 0  examples")

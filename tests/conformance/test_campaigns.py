@@ -79,8 +79,8 @@ def test_fuzz_cli_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     code = main(["fuzz", "--config", "tiny", "--examples", "5", "--profile", "dev",
                  "--no-progress", "--json", str(out), "--out", str(tmp_path)])
-    assert code == 0
     data = json.loads(out.read_text())
+    assert code == (3 if data["coverage_gaps"] else 0)  # gaps: found nothing, incomplete
     for key in ("examples", "steps", "steps_per_second", "failures", "rare_states"):
         assert key in data
     assert data["examples"] >= 5 and data["steps"] > 0 and data["failures"] == []

@@ -220,9 +220,11 @@ def test_fuzz_and_record_accept_a_json_config(tmp_path: Path,
                settings=settings(database=None))
     path = _config_file(tmp_path, cfg.to_json())
     report = tmp_path / "r.json"
-    assert main(["fuzz", "--config", str(path), "--examples", "3", "--no-progress",
-                 "--out", str(tmp_path / "out"), "--json", str(report)]) == 0
-    assert json.loads(report.read_text())["config"] == "cfg"
+    code = main(["fuzz", "--config", str(path), "--examples", "3", "--no-progress",
+                 "--out", str(tmp_path / "out"), "--json", str(report)])
+    data = json.loads(report.read_text())
+    assert data["config"] == "cfg" and not data["failures"]
+    assert code == (3 if data["coverage_gaps"] else 0)  # gaps: found nothing, incomplete
     log = tmp_path / "events.ndjson"
     assert main(["trace", "record", "--config", str(path), "--steps", "30", "--out",
                  str(log)]) == 0
@@ -269,9 +271,10 @@ def test_a_missing_config_file_or_a_folder_is_a_usage_error(
 def test_cli_total_examples_runs_the_plan_on_a_budget(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report.json"
-    assert main(["fuzz", "--total-examples", "10", "--workers", "1", "--no-progress",
-                 "--json", str(out), "--out", str(tmp_path), "--verbose"]) == 0
+    code = main(["fuzz", "--total-examples", "10", "--workers", "1", "--no-progress",
+                 "--json", str(out), "--out", str(tmp_path), "--verbose"])
     data = json.loads(out.read_text())
+    assert data["unreached"] and code == 3  # ten examples reach few rare states: incomplete
     assert data["examples"] == 10 and data["total_examples"] == 10
     assert data["ran_short"] is False and data["intended_examples"] > 10
     first = data["cells"][DEFAULT_MATRIX[0].name]

@@ -32,7 +32,7 @@ from kvpocket.model.spec import mermaid_page_life, spec_json
 from kvpocket.verify import patching
 from kvpocket.verify.bench.suite import add_bench_arguments, run_bench
 from kvpocket.verify.cli.verdict import ReportError, combine, read_verdict
-from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from kvpocket.verify.exits import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from kvpocket.verify.interrupts import (
     exit_status,
     interrupt_scope,
@@ -68,6 +68,7 @@ from kvpocket.verify.usage import (
     kvpocket_version,
     use_hypothesis_home,
 )
+from kvpocket.verify.verdicts import campaign_verdict, matrix_verdict
 
 MUTANT_ENV = "KVPOCKET_MUTANT"  # read by earlier versions; refused, never silently ignored
 OVERRIDES_ENV = "KVPOCKET_MODEL_OVERRIDES"  # the same, for spec overrides
@@ -336,18 +337,10 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     if args.json:
         write_json(report, args.json)
     _refuse_unwritten(report.failures)
-    if report.failures:
-        return EXIT_FOUND
-    if report.interrupted:
-        return EXIT_INTERRUPTED
-    if report.steps == 0:
+    if report.steps == 0 and not report.failures and not report.interrupted:
         raise CliError(f"the campaign ran no step, so it checked nothing; give it more "
                        f"{_budget_option(args)}")
-    if profile == "ci" and report.coverage_gaps:
-        print(f"kvpocket: coverage gaps (never reached): {', '.join(report.coverage_gaps)}",
-              file=sys.stderr)
-        return EXIT_FOUND
-    return EXIT_OK
+    return campaign_verdict(report.to_json()).code
 
 
 def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: int) -> int:
@@ -374,14 +367,10 @@ def _fuzz_matrix(args: argparse.Namespace, profile: str, backend: str, cores: in
     if args.json:
         write_matrix_json(report, args.json)
     _refuse_unwritten(report.failures)
-    if report.failures:
-        return EXIT_FOUND
-    if report.steps == 0 and not report.interrupted:
+    if report.steps == 0 and not report.failures and not report.interrupted:
         raise CliError(f"the campaign ran no step, so it checked nothing; give it more "
                        f"{_budget_option(args)}")
-    if report.interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_INCOMPLETE if report.ran_short else EXIT_OK
+    return matrix_verdict(report.to_json()).code
 
 
 def _budget_option(args: argparse.Namespace) -> str:

@@ -27,7 +27,6 @@ from typing import Any
 
 from kvpocket.model.config import KVConfig, PocketPolicy, full_life_cycle, swa_life_cycle
 from kvpocket.model.state import Layout
-from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 from kvpocket.verify.interrupts import quiet_worker, z3_leaves_ctrl_c_to_us
 from kvpocket.verify.presets import ConfigFileError, is_config_file, load_config_file
 from kvpocket.verify.proofs.bounded import BmcResult, properties
@@ -37,6 +36,7 @@ from kvpocket.verify.proofs.symbolic_bmc import bmc
 from kvpocket.verify.terminal import Progress
 from kvpocket.verify.terminal import console as terminal_console
 from kvpocket.verify.traces.trace import Trace, TraceStep, unused_path, write_atomic, write_trace
+from kvpocket.verify.verdicts import prove_verdict
 
 # API steps from Init to a page parked in the pocket (SWA window 3, 2 tokens per block):
 # the unsafe policy breaks within PARK_DEPTH steps after them (pressure, then a pop), at
@@ -253,21 +253,17 @@ def run_prove(config_name: str | None, policy: str | None, depth: int | None,
     elif rows:
         console.print(f"({len(rows)} obligations; --verbose prints every row"
                       + (", as does --json)" if not json_path else f"; all are in {json_path})"))
+    data: dict[str, Any] = {
+        "summary": summary,
+        "obligations": [{"config": r.config, "obligation": r.obligation,
+                         "status": r.status, "seconds": round(r.seconds, 3),
+                         "detail": r.detail} for r in rows],
+        "counterexamples": traces, "seconds": round(total, 3),
+        "interrupted": interrupted, "cells": len(jobs), "cells_finished": len(ordered),
+    }
     if json_path:
-        data: dict[str, Any] = {
-            "summary": summary,
-            "obligations": [{"config": r.config, "obligation": r.obligation,
-                             "status": r.status, "seconds": round(r.seconds, 3),
-                             "detail": r.detail} for r in rows],
-            "counterexamples": traces, "seconds": round(total, 3),
-            "interrupted": interrupted, "cells": len(jobs), "cells_finished": len(ordered),
-        }
         write_atomic(json_path, json.dumps(data, indent=2) + "\n")
-    if interrupted:
-        return EXIT_INTERRUPTED
-    if any(r.status == VIOLATED for r in rows):
-        return EXIT_FOUND
-    return EXIT_INCOMPLETE if any(r.status == UNKNOWN for r in rows) else EXIT_OK
+    return prove_verdict(data).code
 
 
 def _prove_indexed(item: tuple[int, _Job]) -> tuple[int, tuple[list[Row], list[str], list[str]]]:

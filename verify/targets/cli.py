@@ -11,7 +11,6 @@ import argparse
 import json
 from pathlib import Path
 
-from kvpocket.verify.exits import EXIT_FOUND, EXIT_INCOMPLETE, EXIT_OK
 from kvpocket.verify.targets.base import CheckFailure, TargetUnavailable
 from kvpocket.verify.targets.campaign import (
     DEFAULT_STEPS,
@@ -33,6 +32,7 @@ from kvpocket.verify.usage import (
     check_output_dir,
     use_hypothesis_home,
 )
+from kvpocket.verify.verdicts import target_verdict
 
 # Chosen by measurement (docs/targets/vllm.md, "Rare states and the default budget"): the
 # latest first reach of a rare state, 2,000 examples per preset at seed 0, with a margin.
@@ -100,14 +100,12 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
     known = None if report.failure is None else known_bug(target, presets[name],
                                                            report.failure.ops)
     print_report(report, known)
+    data = report.to_json()
+    data["known_engine_bug"] = known
     if args.json:
-        data = report.to_json()
-        data["known_engine_bug"] = known
         write_atomic(Path(args.json), json.dumps(data, indent=1) + "\n")
-    if report.failure is not None:
-        return EXIT_FOUND
     # A plan that never reached one of the target's rare states checked less than it says.
-    return EXIT_INCOMPLETE if report.coverage_gaps else EXIT_OK
+    return target_verdict(data).code
 
 
 def print_report(report: TargetReport, known: str | None = None) -> None:
