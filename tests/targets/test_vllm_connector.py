@@ -71,6 +71,11 @@ LOAD_PATHS = [
      {RARE_ASYNC_LOAD, RARE_LOAD_AFTER_FINISH}),
     ([Op("arrive", (0, 6, 2)), Op("schedule", (0, 8, 1)), Op("arrive", (1, 4, 0)),
       Op("reset", (1,))], {RARE_RESET_LOAD}),
+    # Loads still in flight when the example ends: the request never preempted is aborted
+    # and its load lands after (the delayed free); the preempted one lands, re-queued.
+    ([Op("arrive", (0, 6, 2)), Op("load", (0, 3, 3))], {RARE_LOAD_AFTER_FINISH}),
+    ([Op("arrive", (0, 6, 2)), Op("schedule", (0, 8, 1)), Op("preempt", (0,)),
+      Op("load", (0, 3, 5))], {RARE_LOAD_AFTER_PREEMPT}),
 ]
 
 

@@ -767,7 +767,16 @@ class VllmInstance:
                 "requests": dict(self.requests.summary())}
 
     def finish(self) -> None:
-        for req in list(self.loads):  # the loads in flight land
+        # The loads in flight at the end: a preempted request's lands first (it goes back
+        # to the queue as PREEMPTED, then finishes); every other one is aborted while its
+        # load is in flight, and the load lands after (the scheduler's delayed free), so
+        # both landing paths run in every example that leaves a load in flight.
+        for req in list(self.loads):
+            if getattr(self.vreqs[req.rid], "num_preemptions", 0):
+                self._land(req)
+        for req in [r for r in self.loads if r in self.requests.live]:
+            self._finish(req)
+        for req in list(self.loads):
             self._land(req)
         for req in list(self.requests.live):
             self._finish(req)
