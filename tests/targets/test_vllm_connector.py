@@ -50,7 +50,7 @@ def test_the_presets_run_the_served_defaults_and_the_other_modes_are_presets() -
     assert inst.mgr.kv_cache_config.prefix_cache_retention_interval == served == 0
     reserve = {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}
     assert inst.reserve is reserve["scheduler_reserve_full_isl"] is True
-    for name, want in (("hybrid-dense", None), ("hybrid-interval", 4)):
+    for name, want in (("hybrid-dense", None), ("hybrid-interval", 8)):
         cfg = PRESETS[name]
         assert cfg.option(OPT_RETENTION, "unset") == want
         assert target().build(cfg).mgr.kv_cache_config.prefix_cache_retention_interval == want

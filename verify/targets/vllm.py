@@ -115,9 +115,11 @@ PRESETS: dict[str, TargetConfig] = {
                      description="the hybrid preset, sliding-window blocks cached densely "
                      "(prefix_cache_retention_interval None)"),
         TargetConfig("hybrid-interval", block_size=2, num_blocks=11, groups=("full", "swa"),
-                     sliding_window=4, max_model_len=20, options=((OPT_RETENTION, 4),),
+                     # 8: the window's tail of 2 blocks kept once per 4 blocks (an interval
+                     # of 4, two blocks, would keep every block: dense again).
+                     sliding_window=4, max_model_len=20, options=((OPT_RETENTION, 8),),
                      description="the hybrid preset, a sliding-window checkpoint kept every "
-                     "4 tokens (prefix_cache_retention_interval 4)"),
+                     "8 tokens (prefix_cache_retention_interval 8)"),
         TargetConfig("swa-dense", block_size=2, num_blocks=6, groups=("swa",),
                      sliding_window=5, max_model_len=20, options=((OPT_RETENTION, None),),
                      description="the swa preset, cached densely"),
