@@ -50,7 +50,7 @@ def test_the_presets_run_the_served_defaults_and_the_other_modes_are_presets() -
     assert inst.mgr.kv_cache_config.prefix_cache_retention_interval == served == 0
     reserve = {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}
     assert inst.reserve is reserve["scheduler_reserve_full_isl"] is True
-    for name, want in (("hybrid-dense", None), ("hybrid-interval", 4)):
+    for name, want in (("hybrid-dense", None), ("hybrid-interval", 8)):
         cfg = PRESETS[name]
         assert cfg.option(OPT_RETENTION, "unset") == want
         assert target().build(cfg).mgr.kv_cache_config.prefix_cache_retention_interval == want
@@ -71,6 +71,11 @@ LOAD_PATHS = [
      {RARE_ASYNC_LOAD, RARE_LOAD_AFTER_FINISH}),
     ([Op("arrive", (0, 6, 2)), Op("schedule", (0, 8, 1)), Op("arrive", (1, 4, 0)),
       Op("reset", (1,))], {RARE_RESET_LOAD}),
+    # Loads still in flight when the example ends: the request never preempted is aborted
+    # and its load lands after (the delayed free); the preempted one lands, re-queued.
+    ([Op("arrive", (0, 6, 2)), Op("load", (0, 3, 3))], {RARE_LOAD_AFTER_FINISH}),
+    ([Op("arrive", (0, 6, 2)), Op("schedule", (0, 8, 1)), Op("preempt", (0,)),
+      Op("load", (0, 3, 5))], {RARE_LOAD_AFTER_PREEMPT}),
 ]
 
 

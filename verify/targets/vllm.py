@@ -115,9 +115,11 @@ PRESETS: dict[str, TargetConfig] = {
                      description="the hybrid preset, sliding-window blocks cached densely "
                      "(prefix_cache_retention_interval None)"),
         TargetConfig("hybrid-interval", block_size=2, num_blocks=11, groups=("full", "swa"),
-                     sliding_window=4, max_model_len=20, options=((OPT_RETENTION, 4),),
+                     # 8: the window's tail of 2 blocks kept once per 4 blocks (an interval
+                     # of 4, two blocks, would keep every block: dense again).
+                     sliding_window=4, max_model_len=20, options=((OPT_RETENTION, 8),),
                      description="the hybrid preset, a sliding-window checkpoint kept every "
-                     "4 tokens (prefix_cache_retention_interval 4)"),
+                     "8 tokens (prefix_cache_retention_interval 8)"),
         TargetConfig("swa-dense", block_size=2, num_blocks=6, groups=("swa",),
                      sliding_window=5, max_model_len=20, options=((OPT_RETENTION, None),),
                      description="the swa preset, cached densely"),
@@ -767,7 +769,16 @@ class VllmInstance:
                 "requests": dict(self.requests.summary())}
 
     def finish(self) -> None:
-        for req in list(self.loads):  # the loads in flight land
+        # The loads in flight at the end: a preempted request's lands first (it goes back
+        # to the queue as PREEMPTED, then finishes); every other one is aborted while its
+        # load is in flight, and the load lands after (the scheduler's delayed free), so
+        # both landing paths run in every example that leaves a load in flight.
+        for req in list(self.loads):
+            if getattr(self.vreqs[req.rid], "num_preemptions", 0):
+                self._land(req)
+        for req in [r for r in self.loads if r in self.requests.live]:
+            self._finish(req)
+        for req in list(self.loads):
             self._land(req)
         for req in list(self.requests.live):
             self._finish(req)
