@@ -111,13 +111,13 @@ def test_ctrl_c_while_following_is_no_verdict(tmp_path: Path, monkeypatch: pytes
     lines = _recorded(tmp_path).decode().splitlines()[:-1]  # no end marker yet
     live = tmp_path / "live.ndjson"
     live.write_text("\n".join(lines[:40]) + "\n")
-    waits = []
+    waits: list[int] = []
 
-    def interrupted(seconds: float) -> None:
-        waits.append(seconds)
+    def interrupted() -> None:
+        waits.append(1)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(follow_mod.time, "sleep", interrupted)
+    monkeypatch.setattr(follow_mod, "pause", interrupted)
     assert main(["trace", "check", "--follow", str(live)]) == 130
     err = capsys.readouterr().err
     assert "interrupted at line 40: no verdict (39 events read" in err
@@ -131,10 +131,10 @@ def test_a_followed_log_ends_at_its_end_marker(tmp_path: Path,
     live.write_bytes(_recorded(tmp_path))
     assert END_KEY in live.read_text().splitlines()[-1]
 
-    def never(seconds: float) -> None:
+    def never() -> None:
         raise AssertionError("waited after the end marker")
 
-    monkeypatch.setattr(follow_mod.time, "sleep", never)
+    monkeypatch.setattr(follow_mod, "pause", never)
     assert main(["trace", "check", "--follow", str(live)]) == 0
     assert "events valid" in capsys.readouterr().out
 

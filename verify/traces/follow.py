@@ -41,6 +41,11 @@ POLL_S = 0.05  # seconds between reads at the end of a followed file
 STDIN = "-"
 
 
+def pause() -> None:
+    """The default wait at the end of a followed file."""
+    time.sleep(POLL_S)
+
+
 def follow_rows(f: BinaryIO, name: str, what: str, finished: Callable[[], bool],
                 wait: Callable[[], None]) -> Iterator[RawRow]:
     """The complete lines of a file being appended to, each as soon as its newline is
@@ -85,7 +90,7 @@ def follow_events(source: str, allow_unterminated: bool = False,
         return bool(holder) and holder[0].terminated
 
     rows = follow_rows(f, source, "event log", finished,
-                       wait or (lambda: time.sleep(POLL_S)))
+                       wait or pause)
     stream = EventStream(rows, source, allow_unterminated)
     holder.append(stream)
     return stream
