@@ -50,8 +50,16 @@ from kvpocket.verify.proofs import prove
 from kvpocket.verify.proofs.prove import add_prove_arguments
 from kvpocket.verify.quality.killmatrix import MAX_BUDGET_S, add_mutants_arguments, run_mutants
 from kvpocket.verify.quality.patches import BUGS, switched_on, unknown_bug
+from kvpocket.verify.traces.follow import STDIN, follow_events
 from kvpocket.verify.traces.record import record
-from kvpocket.verify.traces.trace import Trace, TraceError, open_events, read_trace, write_atomic
+from kvpocket.verify.traces.trace import (
+    EventStream,
+    Trace,
+    TraceError,
+    open_events,
+    read_trace,
+    write_atomic,
+)
 from kvpocket.verify.traces.tracecheck import ConfigTooSmall, TooVague, check_events
 from kvpocket.verify.usage import (
     MAX_EXAMPLES,
@@ -497,7 +505,11 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", parser_class=_Parser)
     check = sub.add_parser("check", help="check an event log against the model "
                            "(docs/adapter-guide.md)")
-    check.add_argument("log", metavar="FILE", help="an event log (NDJSON)")
+    check.add_argument("log", metavar="FILE", help="an event log (NDJSON); - reads standard "
+                       "input as it arrives (a pipe or socket), to its end")
+    check.add_argument("--follow", action="store_true",
+                       help="check the file while it is written: each line as it is "
+                       "appended, until the end marker (Ctrl-C stops with no verdict)")
     check.add_argument("--config", metavar="NAME|FILE",
                        help="check against this preset (or JSON configuration file) instead "
                        "of the log's own configuration")
@@ -524,7 +536,8 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     record.add_argument("--seed", type=int, default=0, metavar="X",
                         help="seed (default 0; 0..2**63-1)")
     record.add_argument("--out", required=True, metavar="FILE",
-                        help="where the log goes (written whole, or not at all)")
+                        help="where the log goes (written whole, or not at all); - writes "
+                        "it to standard output line by line as it runs")
     record.set_defaults(trace_run=_trace_record)
 
 
@@ -543,17 +556,32 @@ def _trace_check(args: argparse.Namespace) -> int:
     policy = PocketPolicy.parse(args.policy, "--policy") if args.policy is not None else None
     order = Order.parse(args.order, "--order") if args.order is not None else None
     check_output("--json", args.json_path)
+    live = args.follow or args.log == STDIN
+    log: EventStream | None = None
+
+    def progress(n: int) -> None:
+        if log is not None:
+            ticker.update(n, log.line)
+
     try:
-        log = open_events(args.log, allow_unterminated=args.allow_unterminated)
+        log = follow_events(args.log, args.allow_unterminated) if live \
+            else open_events(args.log, allow_unterminated=args.allow_unterminated)
         cfg = cfg_override or log.config
         if policy is not None:
             cfg = cfg.with_pocket(enabled=True, policy=policy)
         if order is not None:
             cfg = cfg.with_order(order)
-        size = Path(args.log).stat().st_size
+        size = 0 if live else Path(args.log).stat().st_size
         with Ticker(f"trace check {args.log}", size, show=not args.no_progress) as ticker:
-            result = check_events(log, cfg, args.log, progress=lambda n: ticker.update(
-                n, log.line))
+            result = check_events(log, cfg, args.log, progress=progress)
+    except KeyboardInterrupt:
+        if not live:
+            raise
+        # a followed log stopped by hand: how far it got, never a verdict
+        line, read = (log.line, log.events_read) if log is not None else (0, 0)
+        print(f"{args.log}: interrupted at line {line}: no verdict ({read} events read, "
+              "none found bad so far; the end marker was not read)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except TraceError as exc:
         _trace_check_json(args, {"verdict": "malformed", "error": str(exc)})
         raise CliError(str(exc)) from None
@@ -582,13 +610,16 @@ def _trace_record(args: argparse.Namespace) -> int:
     check_int("--steps", args.steps, 1, MAX_RECORD_STEPS)
     check_int("--seed", args.seed, 0, MAX_SEED)
     cfg = config_from_args(args.config, args.policy, builds="impl")
-    check_outputs([("--out", args.out)], inputs=[("--config", args.config)])
+    live = args.out == STDIN  # streamed as written (`trace check -` or `--follow` reads it)
+    if not live:
+        check_outputs([("--out", args.out)], inputs=[("--config", args.config)])
     try:
-        stats = record(cfg, args.steps, args.seed, args.out)
+        stats = record(cfg, args.steps, args.seed, sys.stdout if live else args.out)
     except OSError as exc:
         raise CliError(f"argument --out: cannot write {args.out} ({exc.strerror})") from None
     print(f"{args.out}: {stats.calls} API calls ({stats.errors} refused as misuse; "
-          f"{stats.parked} parks, {stats.popped} pops, {stats.refused} refused pops)")
+          f"{stats.parked} parks, {stats.popped} pops, {stats.refused} refused pops)",
+          file=sys.stderr if live else sys.stdout)
     return EXIT_OK
 
 

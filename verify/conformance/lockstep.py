@@ -119,11 +119,11 @@ class EventLogCheck:
         self.checked = 0
         self._events: Iterator[Event] | None = None
 
-    def _rows(self) -> Iterator[tuple[int, str, bool]]:
+    def _rows(self) -> Iterator[tuple[int, bytes]]:
         lineno = 0
         while True:  # read only when a line is waiting (see `take`), so never runs dry
             lineno += 1
-            yield lineno, self.sink.lines.popleft(), True
+            yield lineno, self.sink.lines.popleft().encode("utf-8", "surrogatepass") + b"\n"
 
     def take(self) -> list[str]:
         """Check the lines written since the last call; the report of the first one that

@@ -29,6 +29,7 @@ log in bounded memory).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -37,7 +38,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, BinaryIO, TextIO, cast
 
 from kvpocket.model import errors as model_errors
 from kvpocket.model.api import API, CLASH_LABELS, Param
@@ -54,6 +55,7 @@ from kvpocket.model.executor import RecordedChooser
 from kvpocket.model.machine import Model
 from kvpocket.model.pages import PAGE_ACTIONS
 from kvpocket.verify.traces.alphabet import api_form, check_params, trace_params
+from kvpocket.verify.traces.schema import UNSET, EventDecoder
 from kvpocket.verify.usage import CliError
 
 TRACE_VERSION = 1
@@ -95,6 +97,11 @@ class EndDigest:
 
     def add(self, line: str) -> None:
         self._h.update(line.encode("utf-8") + b"\n")
+        self.count += 1
+
+    def add_raw(self, raw: bytes) -> None:
+        """A line as read, its newline included (the same bytes `add` hashes)."""
+        self._h.update(raw)
         self.count += 1
 
     @property
@@ -248,47 +255,59 @@ def _mode_for(path: Path) -> int:
 # ---- reading: lines, the header, the end marker ------------------------------------------
 
 Row = tuple[int, str, bool]  # (line number, text without its newline, ended by a newline)
+RawRow = tuple[int, bytes]  # (line number, the line's bytes as read, its newline included)
 
 
-def _too_long(where: str, what: str) -> TraceError:
+def line_too_long(where: str, what: str) -> TraceError:
     return TraceError(f"{where}: a line of the {what} is longer than {MAX_LINE_BYTES} bytes "
                       "(the most a line may hold)")
 
 
-def _memory_rows(lines: Iterable[str], name: str, what: str) -> Iterator[Row]:
+def _memory_rows(lines: Iterable[str], name: str, what: str) -> Iterator[RawRow]:
     for i, ln in enumerate(lines):
         if len(ln) > MAX_LINE_BYTES:
-            raise _too_long(f"{name}:{i + 1}", what)
-        yield i + 1, ln.rstrip("\r\n"), True
+            raise line_too_long(f"{name}:{i + 1}", what)
+        yield i + 1, ln.rstrip("\r\n").encode("utf-8", "surrogatepass") + b"\n"
 
 
-def _file_rows(path: Path, what: str) -> Iterator[Row]:
+def _file_rows(path: Path, what: str) -> Iterator[RawRow]:
     """The file's lines, read one at a time (bounded memory for any length of log)."""
     try:
         f = path.open("rb")
     except OSError as exc:
         raise TraceError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    yield from stream_rows(f, str(path), what)
+
+
+def stream_rows(f: BinaryIO, name: str, what: str) -> Iterator[RawRow]:
+    """The lines of an open binary file, read one at a time, closing it at the end."""
     with f:
         lineno = 0
+        readline = f.readline
         try:
             # readline with a limit: a line without an end (/dev/zero) costs at most
             # MAX_LINE_BYTES of memory before it is refused
-            for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            for lineno, raw in enumerate(iter(lambda: readline(MAX_LINE_BYTES + 1), b""), 1):
                 if len(raw) > MAX_LINE_BYTES:
-                    raise _too_long(f"{path}:{lineno}", what)
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise TraceError(f"{path}:{lineno}: the {what} is not UTF-8 text") from None
-                if text.endswith("\r\n"):  # the digest is over the bytes as written
-                    raise TraceError(f"{path}:{lineno}: the line ends with CR LF (\\r\\n); "
-                                     f"the lines of {_a(what)} end with LF (\\n) alone "
-                                     "(convert it with dos2unix, or write it with "
-                                     "newline='\\n')")
-                yield lineno, text.rstrip("\r\n"), text.endswith("\n")
+                    raise line_too_long(f"{name}:{lineno}", what)
+                yield lineno, raw
         except OSError as exc:
-            raise TraceError(f"{path}:{lineno + 1}: cannot read the {what} ({exc.strerror})"
+            raise TraceError(f"{name}:{lineno + 1}: cannot read the {what} ({exc.strerror})"
                              ) from None
+
+
+def _text_row(name: str, what: str, lineno: int, raw: bytes) -> Row:
+    """A line's text, without its newline: UTF-8, ended by LF alone."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TraceError(f"{name}:{lineno}: the {what} is not UTF-8 text") from None
+    if text.endswith("\r\n"):  # the digest is over the bytes as written
+        raise TraceError(f"{name}:{lineno}: the line ends with CR LF (\\r\\n); "
+                         f"the lines of {_a(what)} end with LF (\\n) alone "
+                         "(convert it with dos2unix, or write it with "
+                         "newline='\\n')")
+    return lineno, text.rstrip("\r\n"), text.endswith("\n")
 
 
 class _Framing:
@@ -299,7 +318,7 @@ class _Framing:
     `allow_unterminated`. A marker whose count or digest disagrees with the lines above it,
     or any line after it, is an error too."""
 
-    def __init__(self, rows: Iterator[Row], name: str, what: str,
+    def __init__(self, rows: Iterator[RawRow], name: str, what: str,
                  allow_unterminated: bool, line_keys: tuple[str, ...]) -> None:
         self.rows, self.name, self.what = rows, name, what
         self.line_keys = line_keys
@@ -309,10 +328,11 @@ class _Framing:
         self.terminated = False
         self.header_line = 1
 
-    def _nonblank(self) -> Iterator[tuple[int, str, bool]]:
-        for lineno, text, complete in self.rows:
-            if text.strip():
-                yield lineno, text, complete
+    def _nonblank(self) -> Iterator[Row]:
+        for lineno, raw in self.rows:
+            row = _text_row(self.name, self.what, lineno, raw)
+            if row[1].strip():
+                yield row
 
     def header(self, check_kind: Callable[[dict[str, Any], str], None],
                fields: dict[str, HeaderField]) -> tuple[dict[str, Any], KVConfig]:
@@ -345,37 +365,53 @@ class _Framing:
     def body(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """(line number, object) for each action/event line; checks the end at the end."""
         for lineno, text, complete in self._it:
-            obj = self._parse(lineno, text, complete)
-            if self.terminated:
-                raise TraceError(f"{self.name}:{lineno}: a line after the end marker "
-                                 f"(line {self.last_line})")
-            self.last_line = lineno
-            if isinstance(obj, dict) and END_KEY in obj:
-                if not complete:
-                    raise TraceError(f"{self.name}:{lineno}: the end marker has no final "
-                                     "newline (every line, the last included, ends with \\n): "
-                                     f"the {self.what} is truncated or was not closed")
-                self._check_end(lineno, obj)
-                self.terminated = True
-                continue
-            if isinstance(obj, dict) and "kvpocket_trace" in obj:
-                raise TraceError(f"{self.name}:{lineno}: a second header (the header is "
-                                 f"line {self.header_line})")
-            if not isinstance(obj, dict):
-                raise TraceError(f"{self.name}:{lineno}: expected a JSON object, got "
-                                 f"{type(obj).__name__}")
-            for key in ("action", "params"):
-                if key not in obj:
-                    raise TraceError(f"{self.name}:{lineno}: missing field '{key}'")
-            unknown = sorted(set(obj) - set(self.line_keys))
-            if unknown:
-                raise TraceError(f"{self.name}:{lineno}: unknown field "
-                                 f"{', '.join(map(repr, unknown))}; a line of the {self.what} "
-                                 f"has {', '.join(self.line_keys)}")
-            if LONG_NUMBER.search(text):  # 19+ digits: maybe beyond 64 bits, look closer
-                _check_ints(obj, f"{self.name}:{lineno}")
-            self.digest.add(text)
-            yield lineno, obj
+            obj = self.line(lineno, text, complete)
+            if obj is not None:
+                yield lineno, obj
+        self.finish()
+
+    def line(self, lineno: int, text: str, complete: bool) -> dict[str, Any] | None:
+        """One nonblank body line: its object, or None for the end marker (checked)."""
+        obj = self._parse(lineno, text, complete)
+        if self.terminated:
+            raise TraceError(f"{self.name}:{lineno}: a line after the end marker "
+                             f"(line {self.last_line})")
+        self.last_line = lineno
+        if isinstance(obj, dict) and END_KEY in obj:
+            if not complete:
+                raise TraceError(f"{self.name}:{lineno}: the end marker has no final "
+                                 "newline (every line, the last included, ends with \\n): "
+                                 f"the {self.what} is truncated or was not closed")
+            self._check_end(lineno, obj)
+            self.terminated = True
+            return None
+        if isinstance(obj, dict) and "kvpocket_trace" in obj:
+            raise TraceError(f"{self.name}:{lineno}: a second header (the header is "
+                             f"line {self.header_line})")
+        if not isinstance(obj, dict):
+            raise TraceError(f"{self.name}:{lineno}: expected a JSON object, got "
+                             f"{type(obj).__name__}")
+        for key in ("action", "params"):
+            if key not in obj:
+                raise TraceError(f"{self.name}:{lineno}: missing field '{key}'")
+        unknown = sorted(set(obj) - set(self.line_keys))
+        if unknown:
+            raise TraceError(f"{self.name}:{lineno}: unknown field "
+                             f"{', '.join(map(repr, unknown))}; a line of the {self.what} "
+                             f"has {', '.join(self.line_keys)}")
+        if LONG_NUMBER.search(text):  # 19+ digits: maybe beyond 64 bits, look closer
+            _check_ints(obj, f"{self.name}:{lineno}")
+        self.digest.add(text)
+        return obj
+
+    def accepted(self, lineno: int, raw: bytes) -> None:
+        """A body line a fast reading took (complete, before any end marker): counted and
+        added to the digest as `line` does."""
+        self.last_line = lineno
+        self.digest.add_raw(raw)
+
+    def finish(self) -> None:
+        """At the end of the rows: the end marker must have been read."""
         if not self.terminated and not self.allow_unterminated:
             raise TraceError(
                 f"{self.name}:{self.last_line}: the {self.what} is truncated: no end marker "
@@ -533,6 +569,17 @@ def _error_categories() -> tuple[str, ...]:
 
 
 ERROR_CATEGORIES = _error_categories()
+
+
+@functools.cache
+def _decoder_for(table: tuple[tuple[str, tuple[Param, ...]], ...]) -> EventDecoder:
+    return EventDecoder(dict(table), ERROR_CATEGORIES)
+
+
+def event_decoder() -> EventDecoder:
+    """The schema decoder of event lines for the API table as it is now (read at call
+    time, as `api_form` is: a table changed by a test gets its own decoder)."""
+    return _decoder_for(tuple(api_form().items()))
 CONFIG_KEYS = ("tokens_per_block", "life_cycles", "slots_per_level", "num_sequences",
                "max_blocks", "pocket")
 
@@ -552,7 +599,7 @@ def _trace_kind(header: dict[str, Any], where: str) -> None:
                          f"has \"{EVENTS_KIND}\"), got {kind!r}")
 
 
-def _parse_trace(rows: Iterator[Row], name: str, allow_unterminated: bool) -> Trace:
+def _parse_trace(rows: Iterator[RawRow], name: str, allow_unterminated: bool) -> Trace:
     frame = _Framing(rows, name, "trace", allow_unterminated, TRACE_LINE_KEYS)
     header, cfg = frame.header(_trace_kind, TRACE_HEADER)
     backend = header.get("backend", "numpy")
@@ -696,7 +743,7 @@ def event_params() -> dict[str, tuple[str, ...]]:
 NO_RESULT = object()  # an event that does not report its result
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     """One API call of an integrator's manager, as its event log recorded it."""
 
@@ -767,7 +814,7 @@ class EventStream:
     """The header of an event log, and its events one at a time (`for ev in stream`).
     Iterating to the end checks the end marker; `line` is the last line read."""
 
-    def __init__(self, rows: Iterator[Row], name: str, allow_unterminated: bool) -> None:
+    def __init__(self, rows: Iterator[RawRow], name: str, allow_unterminated: bool) -> None:
         self.name = name
         self._frame = _Framing(rows, name, "event log", allow_unterminated, EVENT_LINE_KEYS)
         header, self.config = self._frame.header(_event_kind, EVENT_HEADER)
@@ -779,10 +826,58 @@ class EventStream:
     def line(self) -> int:
         return self._frame.last_line
 
+    @property
+    def events_read(self) -> int:
+        """Event lines read so far (the end marker's count)."""
+        return max(self._frame.digest.count, 0)
+
+    @property
+    def terminated(self) -> bool:
+        """The end marker was read (a followed log ends there)."""
+        return self._frame.terminated
+
     def __iter__(self) -> Iterator[Event]:
+        """Each line is read by the schema (`schema.py`) first; a line it refuses, and the
+        end marker, are read by the reference reading (`_Framing.line`, `_event`), which
+        names what is wrong, or takes a line the schema was stricter about."""
         known = api_form()
-        for lineno, obj in self._frame.body():
-            yield _event(lineno, obj, self.name, known)
+        frame, name = self._frame, self.name
+        decode = event_decoder().decode
+        for lineno, raw in frame.rows:
+            if not frame.terminated and raw[-1:] == b"\n" and raw[-2:-1] != b"\r":
+                got = decode(raw)
+                if got is not None:
+                    frame.accepted(lineno, raw)
+                    result = got[3]
+                    yield Event(lineno, got[0], got[1], got[2],
+                                NO_RESULT if result is UNSET else result, got[4])
+                    continue
+            row = _text_row(name, frame.what, lineno, raw)
+            if not row[1].strip():
+                continue
+            obj = frame.line(*row)
+            if obj is not None:
+                yield _event(lineno, obj, name, known)
+        frame.finish()
+
+
+def schema_event(lineno: int, raw: bytes) -> Event | None:
+    """An event line as the schema reads it (`schema.py`), or None where it refuses it."""
+    got = event_decoder().decode(raw)
+    if got is None:
+        return None
+    return Event(lineno, got[0], got[1], got[2], NO_RESULT if got[3] is UNSET else got[3],
+                 got[4])
+
+
+def reference_event(lineno: int, text: str, name: str = "event log") -> Event:
+    """An event line as the reference reading takes it (the rule the schema is checked
+    against: `tests/trace/test_event_schema.py`); `TraceError` names what is wrong."""
+    frame = _Framing(iter(()), name, "event log", True, EVENT_LINE_KEYS)
+    obj = frame.line(lineno, text, True)
+    if obj is None:
+        raise TraceError(f"{name}:{lineno}: an end marker, not an event")
+    return _event(lineno, obj, name, api_form())
 
 
 def _event(lineno: int, obj: dict[str, Any], name: str,
