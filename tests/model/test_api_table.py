@@ -143,7 +143,7 @@ def test_one_table_of_choice_kinds_read_by_every_engine() -> None:
     import ast
 
     from kvpocket.model import choices
-    from kvpocket.verify.traces import trace, tracecheck
+    from kvpocket.verify.traces import schema, trace, tracecheck
 
     api_source = ast.parse((Path(__file__).resolve().parents[2] / "model" / "api.py").read_text())
     picked: set[str] = set()
@@ -161,3 +161,5 @@ def test_one_table_of_choice_kinds_read_by_every_engine() -> None:
     assert set(tracecheck.FREE_KINDS) == set(choices.OPEN) - {choices.SLOT}
     assert tracecheck.DEFAULTED_KINDS is choices.DEFAULTED
     assert all(choices.CHOICES[k].open for k in choices.DEFAULTED)
+    # the event-log schema types every recorded kind's label, and only those
+    assert schema.LOCATION_KINDS | schema.INT_KINDS | {choices.CLASH} == set(choices.RECORDED)

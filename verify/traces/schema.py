@@ -19,15 +19,16 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-from kvpocket.model.api import CLASH, CLASH_LABELS, HIT, REUSE, Param
+from kvpocket.model.api import CLASH_LABELS, Param
+from kvpocket.model.choices import CLASH, HIT, POCKET, REUSE, SLOT, VICTIM
 
 # every integer in a log is a signed 64-bit value (trace.MAX_ABS_INT)
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 SeqId = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # a manager's sequence id (`_event`)
 Location = Annotated[list[Int64], msgspec.Meta(min_length=3, max_length=3)]
 _UNSET = msgspec.UNSET
-LOCATION_KINDS = frozenset({"victim", "pocket", HIT})  # labels [level, pool_group, slot]
-INT_KINDS = frozenset({"slot", REUSE})  # labels that are ints
+LOCATION_KINDS = frozenset({VICTIM, POCKET, HIT})  # labels [level, pool_group, slot]
+INT_KINDS = frozenset({SLOT, REUSE})  # labels that are ints
 CLASH_SET = frozenset(CLASH_LABELS)
 
 
