@@ -145,6 +145,10 @@ def api() -> _Api:
     return _API
 
 
+def _ceil(n: int, page: int) -> int:
+    return (n + page - 1) // page * page
+
+
 class SglangInstance:
     """One SGLang memory cache under test plus the scheduler state that drives it.
 
@@ -337,12 +341,24 @@ class SglangInstance:
         else:
             sreq.prefix_len = end
 
+    def _fits(self, tokens: int) -> bool:
+        """The scheduler's capacity check before it allocates (`PrefillAdder`'s budget,
+        `check_decode_mem`): available + evictable in each pool. SGLang's paged SWA
+        allocator keeps the full pages it took when the SWA side then fails
+        (`alloc_extend` / `alloc_decode` return None without giving them back), a path
+        the scheduler's checks keep it from; docs/targets/sglang.md."""
+        t, a = self.tree, self.alloc
+        return (int(a.full_available_size()) + int(t.full_evictable_size()) >= tokens
+                and int(a.swa_available_size()) + int(t.swa_evictable_size()) >= tokens)
+
     def _alloc_extend(self, sreq: Any, start: int, end: int) -> Any:
         """Slots for positions [start, end) of the request's row, written into it as
         `alloc_for_extend` does; None when the pool cannot hold them."""
         a, torch = self.api, self.api.torch
         idx = sreq.kv.req_pool_idx
         n = end - start
+        if not self._fits(_ceil(end, self.page) - _ceil(start, self.page) + self.page):
+            return None
         try:
             with self._quiet():
                 if self.page == 1:
@@ -386,7 +402,10 @@ class SglangInstance:
             if sreq.kv.get_evicted_seqlen(ct) > was:
                 self.stats.hit(RARE_SWA_OUT_OF_WINDOW)
         idx = sreq.kv.req_pool_idx
+        fits = self._fits(self.page if (seqlen - 1) % self.page == 0 else 0)
         try:
+            if not fits:
+                raise RuntimeError("check_decode_mem: not enough memory")
             with self._quiet():
                 if self.page == 1:
                     loc = a.allocation.alloc_token_slots(self.tree, 1)
