@@ -58,5 +58,5 @@ def test_planted_stale_swa_mapping_found_by_the_default_campaign(tmp_path: Path)
                           out_dir=str(tmp_path))
     assert report.failure is not None
     assert report.failure.check in ("ownership", "data")
-    assert report.examples < 100  # found within a few examples of the default plan
+    assert report.examples < 500  # found (and shrunk) early in the 3,000-example plan
     assert Path(report.failure.reproducer).exists()
