@@ -99,7 +99,7 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
                           out_dir=args.out, show_progress=not args.no_progress)
     known = None if report.failure is None else known_bug(target, presets[name],
                                                            report.failure.ops)
-    print_report(report, known)
+    print_report(report, known, getattr(target, "checks_line", lambda: None)())
     data = report.to_json()
     data["known_engine_bug"] = known
     if args.json:
@@ -108,7 +108,8 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
     return target_verdict(data).code
 
 
-def print_report(report: TargetReport, known: str | None = None) -> None:
+def print_report(report: TargetReport, known: str | None = None,
+                 checks_line: str | None = None) -> None:
     print(report.headline())
     print(f"  examples {report.examples}, ops {report.steps}, {report.seconds:.1f} s, "
           f"{report.steps_per_second:,.0f} ops/s, "
@@ -130,6 +131,8 @@ def print_report(report: TargetReport, known: str | None = None) -> None:
             print("  the data oracle and pool invariants passed; the event log diverged from the "
                   f"kvpocket model in {diverged} example(s), counted, not failed (report mode: "
                   "KVPOCKET_VLLM_TRACE_CHECK=report, docs/targets/vllm.md)")
+        elif checks_line is not None:  # a target without an event log names its checks
+            print(f"  {checks_line}")
         elif any(k.startswith("trace_off") for k in report.coverage):
             print("  every check passed (data oracle, pool invariants; no event log: the "
                   "kvpocket model has one block size per pool, docs/targets/vllm.md)")

@@ -14,7 +14,13 @@ def _vllm() -> Target:
     return VllmTarget()
 
 
-TARGETS: dict[str, Callable[[], Target]] = {"vllm": _vllm}
+def _sglang() -> Target:
+    from kvpocket.verify.targets.sglang import SglangTarget
+
+    return SglangTarget()
+
+
+TARGETS: dict[str, Callable[[], Target]] = {"vllm": _vllm, "sglang": _sglang}
 
 
 def load_target(name: str) -> Target:

@@ -1,0 +1,543 @@
+"""SGLang's real KV cache bookkeeping as a kvpocket target.
+
+`SglangTarget.build` makes the pinned release's memory cache the way SGLang's own CPU unit
+tests do (no GPU, no model, `device="cpu"`, the Python tree core): a `ReqToTokenPool`, a
+`SWAKVPool` of tiny tensors with its `SWATokenToKVPoolAllocator` (a full-attention and a
+sliding-window pool, token or paged), and a `UnifiedRadixCache` with FULL and SWA
+components. `SglangInstance.step` plays the scheduler's part for one workload op with
+SGLang's own scheduler-side functions and `Req` objects: `Req.init_next_round_input`
+(the prefix match), `tree_cache.lock` (admission), `alloc_token_slots` /
+`alloc_paged_token_slots_extend` / `alloc_paged_token_slots_decode` (which evict from the
+tree under pressure, SWA only or both), the out-of-window SWA frees of
+`ScheduleBatch.maybe_evict_swa` (`tree_cache.evict_sliding_windows`), `checkpoint_kv_cache`
+after a chunk, `release_req` to retract and `release_kv_cache(checkpoint=True)` to finish
+with the cache insert. After every op it runs the checks of `sglang_checks.py`
+(docs/targets/sglang.md).
+
+SGLang is imported lazily (tens of seconds of CPU) and only here; without it, `version`
+raises `TargetUnavailable` with the one line that says what to install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import io
+import logging
+import os
+from array import array
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kvpocket.verify.targets.base import (
+    SCHEDULER_STEP,
+    CheckFailure,
+    StepStats,
+    TargetConfig,
+    TargetUnavailable,
+)
+from kvpocket.verify.targets.data_oracle import PrefixStamps
+from kvpocket.verify.targets.sglang_checks import PoolState, check_state
+from kvpocket.verify.targets.workload import Op, Request, Requests
+
+INSTALL_HINT = ("SGLang is not installed in this Python: run scripts/sglang.sh (pip cannot "
+                "install sglang on a CPU machine: its metadata pins a CUDA torch; "
+                "docs/targets/sglang.md)")
+
+# Engine options a preset sets (TargetConfig.options).
+OPT_SWA_TOKENS = "swa_tokens"  # size of the sliding-window pool, in tokens
+OPT_MAX_REQUESTS = "max_requests"  # rows of the ReqToTokenPool
+
+# The rare states of the target (docs/targets/sglang.md), counted like vLLM's: a run that
+# reaches none of one is a coverage gap (exit 3).
+RARE_SWA_OUT_OF_WINDOW = "decode freed out-of-window SWA slots"
+RARE_SWA_ONLY_EVICTION = "SWA-only eviction (tombstones made)"
+RARE_FULL_EVICTION = "eviction of full and SWA"
+RARE_TOMBSTONE_INSERT = "insert of a request with its SWA prefix freed"
+RARE_HIT_FULL_POOL = "hit into a nearly full pool"
+RARE_CHUNK_CHECKPOINT = "chunked prefill checkpointed into the tree"
+RARE_RETRACT_HIT = "re-admitted after retraction with a hit"
+RARE_STATES = (RARE_SWA_OUT_OF_WINDOW, RARE_SWA_ONLY_EVICTION, RARE_FULL_EVICTION,
+               RARE_TOMBSTONE_INSERT, RARE_HIT_FULL_POOL, RARE_CHUNK_CHECKPOINT,
+               RARE_RETRACT_HIT)
+
+PRESETS: dict[str, TargetConfig] = {
+    p.name: p for p in (
+        TargetConfig("hybrid", block_size=1, num_blocks=24, groups=("full", "swa"),
+                     sliding_window=4, max_model_len=20,
+                     options=((OPT_MAX_REQUESTS, 4), (OPT_SWA_TOKENS, 12)),
+                     description="UnifiedRadixCache with FULL and SWA components, token "
+                     "pools (page size 1): 24 full-attention slots, 12 sliding-window "
+                     "slots, window 4"),
+        TargetConfig("hybrid-paged", block_size=2, num_blocks=12, groups=("full", "swa"),
+                     sliding_window=4, max_model_len=20,
+                     options=((OPT_MAX_REQUESTS, 4), (OPT_SWA_TOKENS, 12)),
+                     description="the hybrid preset with paged pools (page size 2): 12 "
+                     "full pages, 6 sliding-window pages"),
+        TargetConfig("hybrid-tight", block_size=1, num_blocks=16, groups=("full", "swa"),
+                     sliding_window=3, max_model_len=16,
+                     options=((OPT_MAX_REQUESTS, 3), (OPT_SWA_TOKENS, 8)),
+                     description="a smaller pool and window (16 full slots, 8 "
+                     "sliding-window slots, window 3): SWA pressure within a few ops"),
+    )
+}
+
+
+def sglang_version() -> str:
+    """The installed SGLang's version, without importing it."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        raise TargetUnavailable(INSTALL_HINT) from None
+
+
+def sglang_available() -> bool:
+    try:
+        sglang_version()
+    except TargetUnavailable:
+        return False
+    return True
+
+
+class _Api:
+    """The parts of SGLang the target uses, imported once."""
+
+    def __init__(self) -> None:
+        # SGLang's own CPU tests run the unified tree's Python core.
+        os.environ.setdefault("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python")
+        from kvpocket.verify.targets import sglang_stubs
+
+        sglang_stubs.install()
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # CUDA-only quantization warnings
+                self.torch: Any = importlib.import_module("torch")
+                self.server_args: Any = importlib.import_module("sglang.srt.server_args")
+                self.swa_alloc: Any = importlib.import_module("sglang.srt.mem_cache.allocator.swa")
+                self.swa_pool: Any = importlib.import_module("sglang.srt.mem_cache.swa_memory_pool")
+                self.memory_pool: Any = importlib.import_module("sglang.srt.mem_cache.memory_pool")
+                self.init_params: Any = importlib.import_module(
+                    "sglang.srt.mem_cache.cache_init_params")
+                self.unified: Any = importlib.import_module(
+                    "sglang.srt.mem_cache.unified_radix_cache")
+                self.components: Any = importlib.import_module(
+                    "sglang.srt.mem_cache.unified_cache.components")
+                self.batch: Any = importlib.import_module("sglang.srt.managers.schedule_batch")
+                self.sampling: Any = importlib.import_module(
+                    "sglang.srt.sampling.sampling_params")
+                self.common: Any = importlib.import_module("sglang.srt.mem_cache.common")
+                self.allocation: Any = importlib.import_module("sglang.srt.mem_cache.allocation")
+                self.stats: Any = importlib.import_module(
+                    "sglang.srt.managers.scheduler_components.pool_stats_observer")
+        except ImportError as exc:
+            raise TargetUnavailable(f"{INSTALL_HINT} ({exc})") from None
+        for name in ("sglang", "sglang.srt"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+_API: _Api | None = None
+
+
+def api() -> _Api:
+    global _API
+    if _API is None:
+        _API = _Api()
+    return _API
+
+
+def _ceil(n: int, page: int) -> int:
+    return (n + page - 1) // page * page
+
+
+class SglangInstance:
+    """One SGLang memory cache under test plus the scheduler state that drives it.
+
+    `allocator_class` replaces the SWA allocator's class with a subclass (a deliberately
+    broken copy, in tests); the installed package is never patched.
+    """
+
+    def __init__(self, cfg: TargetConfig, allocator_class: type | None = None) -> None:
+        self.cfg = cfg
+        self.api = a = api()
+        self.stats = StepStats()
+        self.page = cfg.block_size
+        self.window = cfg.sliding_window
+        self.full_size = cfg.num_blocks * cfg.block_size
+        self.swa_size = int(cfg.option(OPT_SWA_TOKENS, self.full_size))
+        torch = a.torch
+        a.server_args.set_global_server_args_for_scheduler(
+            a.server_args.ServerArgs(model_path="dummy", page_size=self.page))
+        self.r2t = a.memory_pool.ReqToTokenPool(
+            size=int(cfg.option(OPT_MAX_REQUESTS, 4)), max_context_len=cfg.max_model_len + 4,
+            device="cpu", enable_memory_saver=False)
+        kv = a.swa_pool.SWAKVPool(
+            size=self.full_size, size_swa=self.swa_size, page_size=self.page,
+            dtype=torch.float32, head_num=1, head_dim=1, swa_attention_layer_ids=[0],
+            full_attention_layer_ids=[1], device="cpu")
+        cls = allocator_class or a.swa_alloc.SWATokenToKVPoolAllocator
+        self.alloc = cls(size=self.full_size, size_swa=self.swa_size, page_size=self.page,
+                         dtype=torch.float32, device="cpu", kvcache=kv, need_sort=False)
+        ct = a.components.ComponentType
+        params = a.init_params.CacheInitParams(
+            req_to_token_pool=self.r2t, token_to_kv_pool_allocator=self.alloc,
+            page_size=self.page, disable=False, sliding_window_size=self.window,
+            tree_components=(ct.FULL, ct.SWA), eviction_policy="lru")
+        self.tree = a.unified.UnifiedRadixCache(params=params)
+        self.requests = Requests(cfg.shape())
+        self.sreqs: dict[str, Any] = {}
+        self.prefix = PrefixStamps()
+        self.prefix_ids: dict[str, list[int]] = {}
+        self.retracted: set[str] = set()
+        self.state = PoolState(self.full_size, self.swa_size, self.page, self.window)
+
+    # -- the scheduler's part ---------------------------------------------------------
+
+    def _quiet(self) -> contextlib.AbstractContextManager[Any]:
+        """SGLang prints its tree when an allocation fails; the target handles that."""
+        return contextlib.redirect_stdout(io.StringIO())
+
+    def _new_req(self, req: Request) -> Any:
+        a = self.api
+        sp = a.sampling.SamplingParams(temperature=0, max_new_tokens=self.cfg.max_model_len)
+        sreq = a.batch.Req(rid=req.rid, origin_input_text="",
+                           origin_input_ids=array("q", req.tokens), sampling_params=sp)
+        return sreq
+
+    def step(self, op: Op) -> None:
+        self.stats.hit(op.kind)
+        if op.kind in ("arrive", "again"):
+            req = self.requests.new(*op.args) if op.kind == "arrive" \
+                else self.requests.again(op.args[0])
+            if req is None:
+                self.stats.hit("no_request")
+            else:
+                # SGLang's radix keys are the tokens alone (a salt or an adapter is an
+                # extra key the target does not drive): every request shares the root.
+                self.sreqs[req.rid] = self._new_req(req)
+                self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [])
+                if op.kind == "again":
+                    self._schedule(req, op.args[1] if len(op.args) > 1 else 1)
+        elif op.kind == "reset":
+            self._reset(bool(op.args and op.args[0] % 2))
+        elif op.kind == "load":
+            # No KV connector here: a load admits the waiting request it names.
+            waiting = [r for r in self.requests.live if not r.running]
+            if not waiting:
+                self.stats.hit("no_waiting_request")
+            else:
+                self.stats.hit("load_as_admission")
+                self._schedule(waiting[op.args[0] % len(waiting)], op.args[1])
+        else:
+            picked = self.requests.pick(op.args[0])
+            if picked is None:
+                self.stats.hit("no_request")
+            elif op.kind == "schedule":
+                for _ in range(op.args[2] if len(op.args) > 2 else 1):
+                    if picked not in self.requests.live:
+                        break
+                    self._schedule(picked, op.args[1])
+                    if not picked.running:
+                        break
+            elif op.kind == "preempt":
+                self._retract(picked)
+            else:
+                self._finish(picked)
+        self.check()
+
+    def _schedule(self, req: Request, budget: int) -> None:
+        if not req.running:
+            self._admit(req, budget)
+        elif req.computed < len(req.tokens) and req.computed < self._prefill_len(req):
+            self._extend(req, budget)
+        else:
+            self._decode(req)
+
+    def _prefill_len(self, req: Request) -> int:
+        """Tokens the request's prefill covers: its prompt, and after a retraction its
+        output so far (SGLang re-prefills origin + output)."""
+        return len(self.sreqs[req.rid].origin_input_ids) + len(self.sreqs[req.rid].output_ids)
+
+    def _chunk_end(self, start: int, budget: int, total: int) -> int:
+        """Where a prefill chunk of up to `budget` tokens from `start` ends: the end of
+        the prefill, or a page boundary (SGLang's chunks are page-aligned)."""
+        if start + budget >= total:
+            return total
+        end = (start + budget) // self.page * self.page
+        if end <= start:
+            end = min(total, (start // self.page + 1) * self.page)
+        return end
+
+    def _admit(self, req: Request, budget: int) -> None:
+        """A waiting request's admission, as `PrefillAdder` and `alloc_for_extend` do it:
+        the match, the lock on its last node, a row, the chunk's slots."""
+        sreq = self.sreqs[req.rid]
+        sreq.init_next_round_input(self.tree)
+        hit = int(sreq.prefix_len)
+        total = self._prefill_len(req)
+        end = self._chunk_end(hit, budget, total)
+        self.stats.hit(SCHEDULER_STEP)
+        before = self.state.tree_sizes(self)
+        sreq.extend_end = end
+        sreq.lock = self.tree.lock(sreq.last_node)
+        prefix: Any = self.tree.prefix_device_indices(sreq) if hit else None
+        if hit:
+            self.stats.hit("prefix_hit")
+            if req.rid in self.retracted:
+                self.stats.hit(RARE_RETRACT_HIT)
+            self.state.check_hit(self, req, [int(x) for x in prefix.tolist()], hit)
+        if self.r2t.available_size() < 1:
+            self.tree.unlock(sreq.lock)
+            sreq.lock = None
+            self.stats.hit("admission_refused_no_row")
+            return
+        self.r2t.alloc([sreq])
+        idx = sreq.kv.req_pool_idx
+        if hit:
+            self.r2t.write((idx, slice(0, hit)), prefix.to(self.api.torch.int32))
+        got = self._alloc_extend(sreq, hit, end)
+        if got is None:  # the pool is full even after eviction: not admitted
+            self.tree.unlock(sreq.lock)
+            sreq.lock = None
+            self.r2t.free(sreq)
+            sreq.kv.req_pool_idx = None
+            sreq.kv.kv_allocated_len = sreq.kv.kv_committed_len = 0
+            sreq.prefix_len = 0
+            self.stats.hit("admission_refused")
+            return
+        self.state.note_evictions(self, before)
+        if hit and self.state.evicted_now:
+            self.stats.hit(RARE_HIT_FULL_POOL)
+        req.running = True
+        sreq.kv.cache_protected_len = sreq.kv.cache_protected_len or 0
+        self._compute(req, hit, end)
+        self._after_extend(req, end, total)
+
+    def _extend(self, req: Request, budget: int) -> None:
+        """The next prefill chunk of a running request."""
+        sreq = self.sreqs[req.rid]
+        start = req.computed
+        end = self._chunk_end(start, budget, self._prefill_len(req))
+        self.stats.hit(SCHEDULER_STEP)
+        before = self.state.tree_sizes(self)
+        sreq.prefix_len = start
+        sreq.extend_end = end
+        if self._alloc_extend(sreq, start, end) is None:
+            self.stats.hit("out_of_memory")
+            self._retract(req)
+            return
+        self.state.note_evictions(self, before)
+        self._compute(req, start, end)
+        self._after_extend(req, end, self._prefill_len(req))
+
+    def _after_extend(self, req: Request, end: int, total: int) -> None:
+        sreq = self.sreqs[req.rid]
+        self.stats.hit("prefill_chunk")
+        if end < total:  # a chunked request: what it computed goes into the tree
+            evicted = sreq.kv.get_evicted_seqlen(self.api.components.ComponentType.SWA)
+            self.api.common.checkpoint_kv_cache(sreq, self.tree)
+            self.stats.hit(RARE_CHUNK_CHECKPOINT)
+            if evicted:
+                self.stats.hit(RARE_TOMBSTONE_INSERT)
+        else:
+            sreq.prefix_len = end
+
+    def _fits(self, tokens: int) -> bool:
+        """The scheduler's capacity check before it allocates (`PrefillAdder`'s budget,
+        `check_decode_mem`): available + evictable in each pool. SGLang's paged SWA
+        allocator keeps the full pages it took when the SWA side then fails
+        (`alloc_extend` / `alloc_decode` return None without giving them back), a path
+        the scheduler's checks keep it from; docs/targets/sglang.md."""
+        t, a = self.tree, self.alloc
+        return (int(a.full_available_size()) + int(t.full_evictable_size()) >= tokens
+                and int(a.swa_available_size()) + int(t.swa_evictable_size()) >= tokens)
+
+    def _alloc_extend(self, sreq: Any, start: int, end: int) -> Any:
+        """Slots for positions [start, end) of the request's row, written into it as
+        `alloc_for_extend` does; None when the pool cannot hold them."""
+        a, torch = self.api, self.api.torch
+        idx = sreq.kv.req_pool_idx
+        n = end - start
+        if not self._fits(_ceil(end, self.page) - _ceil(start, self.page) + self.page):
+            return None
+        try:
+            with self._quiet():
+                if self.page == 1:
+                    loc = a.allocation.alloc_token_slots(self.tree, n)
+                else:
+                    last = self.r2t.req_to_token[idx, start - 1:start].to(torch.int64) \
+                        if start else torch.full((1,), -1, dtype=torch.int64)
+                    loc = a.allocation.alloc_paged_token_slots_extend(
+                        tree_cache=self.tree,
+                        prefix_lens=torch.tensor([start], dtype=torch.int64),
+                        prefix_lens_cpu=torch.tensor([start], dtype=torch.int64),
+                        seq_lens=torch.tensor([end], dtype=torch.int64),
+                        seq_lens_cpu=torch.tensor([end], dtype=torch.int64),
+                        last_loc=last, extend_num_tokens=n)
+        except RuntimeError:
+            return None
+        self.r2t.write((idx, slice(start, end)), loc.to(torch.int32))
+        sreq.kv.kv_allocated_len = sreq.kv.kv_committed_len = end
+        return loc
+
+    def _decode(self, req: Request) -> None:
+        """One decode step, as `prepare_for_decode` does it: the sampled token is
+        appended, out-of-window SWA slots are freed (`maybe_evict_swa`), one slot is
+        allocated for the new position."""
+        a, torch = self.api, self.api.torch
+        sreq = self.sreqs[req.rid]
+        n = req.next_chunk(1, self.cfg.max_model_len)
+        if n == 0:
+            self.stats.hit("finished_at_max_len")
+            self._finish(req)
+            return
+        sreq.output_ids.append(req.tokens[-1])
+        self.prefix.of(req.tokens, self.prefix_ids[req.rid])
+        self.stats.hit(SCHEDULER_STEP)
+        seqlen = len(req.tokens)
+        before = self.state.tree_sizes(self)
+        if sreq.decode_batch_idx >= 1:  # the scheduler's gate (the overlap schedule)
+            ct = a.components.ComponentType.SWA
+            was = sreq.kv.get_evicted_seqlen(ct)
+            self.tree.evict_sliding_windows(sreq, seqlen - 1)
+            if sreq.kv.get_evicted_seqlen(ct) > was:
+                self.stats.hit(RARE_SWA_OUT_OF_WINDOW)
+        idx = sreq.kv.req_pool_idx
+        fits = self._fits(self.page if (seqlen - 1) % self.page == 0 else 0)
+        try:
+            if not fits:
+                raise RuntimeError("check_decode_mem: not enough memory")
+            with self._quiet():
+                if self.page == 1:
+                    loc = a.allocation.alloc_token_slots(self.tree, 1)
+                else:
+                    last = self.r2t.req_to_token[idx, seqlen - 2:seqlen - 1].to(torch.int64)
+                    loc = a.allocation.alloc_paged_token_slots_decode(
+                        tree_cache=self.tree,
+                        seq_lens=torch.tensor([seqlen], dtype=torch.int64),
+                        seq_lens_cpu=torch.tensor([seqlen], dtype=torch.int64),
+                        last_loc=last)
+        except RuntimeError:  # the scheduler retracts a decoding request
+            self.stats.hit("out_of_memory")
+            req.tokens.pop()
+            sreq.output_ids.pop()
+            self.prefix_ids[req.rid] = self.prefix_ids[req.rid][:len(req.tokens)]
+            self._retract(req)
+            return
+        self.state.note_evictions(self, before)
+        self.r2t.write((idx, slice(seqlen - 1, seqlen)), loc.to(torch.int32))
+        sreq.kv.kv_allocated_len = sreq.kv.kv_committed_len = seqlen
+        sreq.prefix_len = seqlen - 1
+        sreq.extend_end = seqlen
+        sreq.decode_batch_idx += 1
+        self.stats.hit("decode")
+        self._compute(req, seqlen - 1, seqlen)
+
+    def _compute(self, req: Request, start: int, end: int) -> None:
+        """The model runs positions [start, end): their KV is written through the
+        request's row (full slots) and the full-to-SWA mapping (SWA slots), then
+        attention reads back everything it attends to."""
+        req.computed = end
+        self.state.write(self, req, start, end)
+        self.state.check_reads(self, req, start, end, "attention of this step")
+
+    def _retract(self, req: Request) -> None:
+        sreq = self.sreqs[req.rid]
+        if not req.running:
+            self.stats.hit("preempt_waiting")
+            return
+        self.api.batch.release_req(
+            req=sreq, remaing_req_count=0, req_to_token_pool=self.r2t,
+            token_to_kv_pool_allocator=self.alloc, tree_cache=self.tree,
+            hisparse_coordinator=None, offload_kv=False)
+        req.running, req.computed = False, 0
+        self.retracted.add(req.rid)
+        self.stats.hit("retracted")
+
+    def _finish(self, req: Request) -> None:
+        sreq = self.sreqs.pop(req.rid)
+        self.requests.remove(req)
+        self.stats.hit("finished")
+        if not req.running:
+            return
+        sreq.finished_reason = self.api.batch.FINISH_LENGTH(length=len(sreq.output_ids))
+        ct = self.api.components.ComponentType.SWA
+        evicted = sreq.kv.get_evicted_seqlen(ct)
+        self.api.common.release_kv_cache(sreq, self.tree, checkpoint=True)
+        if evicted:
+            self.stats.hit(RARE_TOMBSTONE_INSERT)
+
+    def _reset(self, under_load: bool) -> None:
+        """`Scheduler.flush_cache`: only when idle; `under_load` retracts every running
+        request first (as a weight update does)."""
+        if under_load:
+            for req in reversed([r for r in self.requests.live if r.running]):
+                self._retract(req)
+        if any(r.running for r in self.requests.live):
+            self.stats.hit("reset_refused")
+            return
+        self.tree.reset()
+        self.r2t.clear()
+        self.alloc.clear()
+        self.state.reset()
+        self.stats.hit("reset_done")
+
+    # -- checks -----------------------------------------------------------------------
+
+    def running(self) -> list[tuple[Request, Any]]:
+        return [(r, self.sreqs[r.rid]) for r in self.requests.live if r.running]
+
+    def check(self) -> None:
+        check_state(self)
+        for req, _ in self.running():
+            self.state.check_reads(self, req, req.computed, req.computed,
+                                   "the next step's attention")
+
+    def observe(self) -> dict[str, Any]:
+        return {"full_available": int(self.alloc.full_available_size()),
+                "swa_available": int(self.alloc.swa_available_size()),
+                "full_evictable": int(self.tree.full_evictable_size()),
+                "swa_evictable": int(self.tree.swa_evictable_size()),
+                "requests": dict(self.requests.summary())}
+
+    def finish(self) -> None:
+        for req in list(self.requests.live):
+            self._finish(req)
+        self.check()
+        with self._quiet():
+            self.tree.sanity_check()
+        full = int(self.alloc.full_available_size()) + int(self.tree.full_evictable_size())
+        swa = int(self.alloc.swa_available_size()) + int(self.tree.swa_evictable_size())
+        if full != self.full_size or swa != self.swa_size:
+            raise CheckFailure("pool", f"after every request is freed, full: available + "
+                               f"evictable = {full} of {self.full_size}, SWA: {swa} of "
+                               f"{self.swa_size}: a leak")
+        self.stats.hit("sanity_check")
+
+
+class SglangTarget:
+    name = "sglang"
+
+    def __init__(self, allocator_class: type | None = None,
+                 on_build: Callable[[SglangInstance], None] | None = None) -> None:
+        self.allocator_class = allocator_class
+        self.on_build = on_build
+
+    def version(self) -> str:
+        return sglang_version()
+
+    def presets(self) -> Mapping[str, TargetConfig]:
+        return PRESETS
+
+    def rare_states(self, cfg: TargetConfig) -> tuple[str, ...]:
+        return RARE_STATES
+
+    def checks_line(self) -> str:
+        return ("every check passed (data oracle through req_to_token and the full-to-SWA "
+                "mapping, pool conservation, ownership, SGLang's sanity_check)")
+
+    def build(self, cfg: TargetConfig) -> SglangInstance:
+        sglang_version()
+        inst = SglangInstance(cfg, self.allocator_class)
+        if self.on_build is not None:
+            self.on_build(inst)
+        return inst

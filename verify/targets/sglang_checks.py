@@ -1,0 +1,289 @@
+"""The SGLang target's checks, run after every op (docs/targets/sglang.md).
+
+- The data oracle, model-free: a stamp per slot of each pool (full attention, sliding
+  window), written through SGLang's own index tables (`req_to_token` for the full slot
+  of a position, `full_to_swa_index_mapping` for its SWA slot) when a position is
+  computed; every position attention reads (all of them for full attention, the window
+  for SWA) must read back its own stamp, and so must every prefix hit.
+- Conservation, as SGLang's scheduler states it (`SchedulerInvariantChecker`): per pool,
+  available + evictable + protected + held by requests = size.
+- Ownership, the kit's rules: a slot is referenced once (by the tree or by one request's
+  own part of its row), a referenced slot is never free, every allocated slot is
+  referenced (per page), every allocated SWA slot is the peer of an allocated full slot,
+  and a tree node's SWA value is its full value's peer (tombstoned leaves are counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvpocket.verify.targets.base import CheckFailure
+from kvpocket.verify.targets.data_oracle import NEVER_WRITTEN
+from kvpocket.verify.targets.workload import Request
+
+if TYPE_CHECKING:
+    from kvpocket.verify.targets.sglang import SglangInstance
+
+RARE_SWA_ONLY = "SWA-only eviction (tombstones made)"
+RARE_BOTH = "eviction of full and SWA"
+
+
+def _ceil(n: int, page: int) -> int:
+    return (n + page - 1) // page * page
+
+
+class PoolState:
+    """The stamps of both pools, and what the last allocation evicted."""
+
+    def __init__(self, full_size: int, swa_size: int, page: int, window: int) -> None:
+        self.page, self.window = page, window
+        # SGLang's slot 0 (and page 0) is padding; paged pools index up to size + page.
+        self.full: npt.NDArray[np.int64] = np.zeros(full_size + 2 * page + 1, dtype=np.int64)
+        self.swa: npt.NDArray[np.int64] = np.zeros(swa_size + 2 * page + 1, dtype=np.int64)
+        self.evicted_now = False
+
+    def reset(self) -> None:
+        self.full[:] = NEVER_WRITTEN
+        self.swa[:] = NEVER_WRITTEN
+
+    # -- the data oracle ------------------------------------------------------------
+
+    @staticmethod
+    def _row(inst: SglangInstance, req: Request, lo: int, hi: int) -> npt.NDArray[np.int64]:
+        idx = inst.sreqs[req.rid].kv.req_pool_idx
+        row: npt.NDArray[np.int64] = inst.r2t.req_to_token[idx, lo:hi].numpy().astype(np.int64)
+        return row
+
+    @staticmethod
+    def _peers(inst: SglangInstance, full: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        mapping = inst.alloc.full_to_swa_index_mapping
+        peers: npt.NDArray[np.int64] = mapping[full].numpy().astype(np.int64)
+        return peers
+
+    def write(self, inst: SglangInstance, req: Request, start: int, end: int) -> None:
+        ids = np.asarray(inst.prefix_ids[req.rid][start:end], dtype=np.int64)
+        full = self._row(inst, req, start, end)
+        if (full == 0).any():
+            pos = start + int(np.nonzero(full == 0)[0][0])
+            raise CheckFailure("data", f"{req.rid} computes position {pos} but its "
+                               "req_to_token row holds no slot there (padding slot 0)")
+        peers = self._peers(inst, full)
+        if (peers == 0).any():
+            pos = start + int(np.nonzero(peers == 0)[0][0])
+            raise CheckFailure("data", f"{req.rid} computes position {pos} (full slot "
+                               f"{int(full[pos - start])}) but it has no SWA slot mapped")
+        self.full[full] = ids
+        self.swa[peers] = ids
+
+    def check_reads(self, inst: SglangInstance, req: Request, first_query: int, end: int,
+                    what: str) -> None:
+        """Full attention reads [0, end); the sliding window of the queries from
+        `first_query` reads [first_query - window, end) (a query at q attends to
+        q - window ... q, as SGLang's window_left)."""
+        ids = np.asarray(inst.prefix_ids[req.rid][:end], dtype=np.int64)
+        full = self._row(inst, req, 0, end)
+        bad = np.nonzero(self.full[full] != ids)[0]
+        if len(bad):
+            pos = int(bad[0])
+            raise CheckFailure("data", f"{req.rid}: {what} reads position {pos} from full "
+                               f"slot {int(full[pos])}, which holds "
+                               f"{_describe(int(self.full[full[pos]]))}, not its own KV "
+                               f"(stamp {int(ids[pos])})")
+        lo = max(0, first_query - self.window)
+        peers = self._peers(inst, full[lo:end])
+        for k, slot in enumerate(peers.tolist()):
+            pos = lo + k
+            if slot == 0:
+                raise CheckFailure("data", f"{req.rid}: {what} reads position {pos} through "
+                                   f"the sliding window (window {self.window}) but its "
+                                   f"full slot {int(full[pos])} has no SWA slot mapped: "
+                                   "freed while in the window")
+            if self.swa[slot] != ids[pos]:
+                raise CheckFailure("data", f"{req.rid}: {what} reads position {pos} from SWA "
+                                   f"slot {slot}, which holds "
+                                   f"{_describe(int(self.swa[slot]))}, not its own KV "
+                                   f"(stamp {int(ids[pos])})")
+
+    def check_hit(self, inst: SglangInstance, req: Request, slots: list[int], hit: int) -> None:
+        """A prefix hit of `hit` tokens: every full slot holds the request's own tokens,
+        and the window the next query reads is live in the SWA pool."""
+        ids = inst.prefix_ids[req.rid]
+        if len(slots) != hit:
+            raise CheckFailure("data", f"{req.rid}: a prefix hit of {hit} tokens comes with "
+                               f"{len(slots)} slots")
+        for pos, slot in enumerate(slots):
+            if self.full[slot] != ids[pos]:
+                raise CheckFailure("data", f"{req.rid}: prefix hit of {hit} tokens maps "
+                                   f"position {pos} to full slot {slot}, which holds "
+                                   f"{_describe(int(self.full[slot]))}, not the "
+                                   f"request's (stamp {ids[pos]})")
+        full = np.asarray(slots, dtype=np.int64)
+        lo = max(0, hit - self.window)
+        for k, peer in enumerate(self._peers(inst, full[lo:hit]).tolist()):
+            pos = lo + k
+            if peer == 0 or self.swa[peer] != ids[pos]:
+                found = "no SWA slot" if peer == 0 else \
+                    f"SWA slot {peer} holding {_describe(int(self.swa[peer]))}"
+                raise CheckFailure("data", f"{req.rid}: prefix hit of {hit} tokens, but "
+                                   f"position {pos}, in the window the next query reads, "
+                                   f"has {found} (want stamp {ids[pos]}): a window-gated "
+                                   "hit past evicted SWA")
+
+    # -- evictions ------------------------------------------------------------------
+
+    @staticmethod
+    def tree_sizes(inst: SglangInstance) -> tuple[int, int]:
+        t = inst.tree
+        return (int(t.full_evictable_size()) + int(t.full_protected_size()),
+                int(t.swa_evictable_size()) + int(t.swa_protected_size()))
+
+    def note_evictions(self, inst: SglangInstance, before: tuple[int, int]) -> None:
+        full, swa = self.tree_sizes(inst)
+        self.evicted_now = full < before[0] or swa < before[1]
+        if full < before[0]:
+            inst.stats.hit(RARE_BOTH)
+        elif swa < before[1]:
+            inst.stats.hit(RARE_SWA_ONLY)
+
+
+def _describe(stamp: int) -> str:
+    return "nothing ever written" if stamp == NEVER_WRITTEN else f"stamp {stamp}"
+
+
+def _nodes(inst: SglangInstance) -> Iterator[Any]:
+    stack = [inst.tree.tree_core.root_node]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children.values())
+
+
+def _free_slots(allocator: Any, page: int) -> set[int]:
+    pages = [int(p) for p in allocator.get_all_free_pages().tolist()]
+    if page == 1:
+        return set(pages)
+    return {p * page + k for p in pages for k in range(page)}
+
+
+def check_state(inst: SglangInstance) -> None:
+    _check_conservation(inst)
+    _check_ownership(inst)
+    if not any(True for _ in inst.running()):
+        with inst._quiet():
+            inst.tree.sanity_check()
+        inst.stats.hit("sanity_check")
+
+
+def _check_conservation(inst: SglangInstance) -> None:
+    """SGLang's leak check (`_check_pool_invariant`), per pool."""
+    t, a, page = inst.tree, inst.alloc, inst.page
+    obs = inst.api.stats
+    reqs = [s for _, s in inst.running()]
+    full_held = sum(int(obs.kv_private_tokens(s.kv, page)) for s in reqs)
+    swa_held = sum(int(obs.kv_private_swa_tokens(s.kv, page)) for s in reqs)
+    swa_held += int(t.swa_transient_size())
+    for pool, avail, evictable, protected, held, size in (
+            ("full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
+             full_held, inst.full_size),
+            ("SWA", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
+             swa_held, inst.swa_size)):
+        total = int(avail) + int(evictable) + int(protected) + held
+        if total != size:
+            raise CheckFailure("pool", f"{pool} pool: available {int(avail)} + evictable "
+                               f"{int(evictable)} + protected {int(protected)} + held by "
+                               f"requests {held} = {total}, not its size {size}")
+
+
+def _check_ownership(inst: SglangInstance) -> None:
+    a, page = inst.alloc, inst.page
+    ct = inst.api.components.ComponentType
+    mapping = a.full_to_swa_index_mapping
+    full_owner: dict[int, str] = {}
+    swa_owner: dict[int, str] = {}
+
+    def own(table: dict[int, str], slot: int, who: str, pool: str) -> None:
+        if slot == 0:
+            raise CheckFailure("ownership", f"{who} references {pool} padding slot 0")
+        if slot in table:
+            raise CheckFailure("ownership", f"{pool} slot {slot} is referenced by {who} and "
+                               f"by {table[slot]}: a slot mapped twice")
+        table[slot] = who
+
+    for node in _nodes(inst):
+        if node.parent is None:
+            continue
+        fv, sv = node.component(ct.FULL).value, node.component(ct.SWA).value
+        who = f"tree node {node.id}"
+        if fv is None:
+            continue  # evicted from the device
+        full = [int(x) for x in fv.tolist()]
+        for slot in full:
+            own(full_owner, slot, who, "full")
+        if sv is not None:
+            swa = [int(x) for x in sv.tolist()]
+            peers = [int(mapping[s]) for s in full]
+            if swa != peers:
+                raise CheckFailure("ownership", f"{who}: its SWA value {swa} is not the "
+                                   f"SWA peers of its full value {full} ({peers})")
+            for slot in swa:
+                own(swa_owner, slot, who, "SWA")
+        elif not node.children:
+            # The unified tree keeps leaves whose SWA part was evicted (its SWA-only
+            # eviction tombstones leaves); counted, not failed (docs/targets/sglang.md).
+            inst.stats.hit("tombstone leaf seen")
+    for req, sreq in inst.running():
+        kv = sreq.kv
+        row = [int(x) for x in inst.r2t.req_to_token[kv.req_pool_idx,
+                                                        :kv.kv_allocated_len].tolist()]
+        protected = kv.cache_protected_len
+        for pos in range(protected):  # the tree's part of its row: the tree's slots
+            if row[pos] not in full_owner:
+                raise CheckFailure("ownership", f"{req.rid}'s row maps position {pos} to "
+                                   f"full slot {row[pos]} in its protected prefix "
+                                   f"({protected} tokens), which no tree node holds")
+        swa_from = max(protected, kv.get_evicted_seqlen(ct.SWA))
+        for pos in range(protected, len(row)):
+            own(full_owner, row[pos], f"{req.rid} (position {pos})", "full")
+            peer = int(mapping[row[pos]])
+            if pos >= swa_from:
+                if peer == 0:
+                    raise CheckFailure("ownership", f"{req.rid} position {pos} (full slot "
+                                       f"{row[pos]}) is past its SWA eviction point "
+                                       f"{swa_from} but has no SWA slot mapped")
+                own(swa_owner, peer, f"{req.rid} (position {pos})", "SWA")
+            elif peer != 0 and not (kv.swa_dead_lo(page) > pos):
+                raise CheckFailure("ownership", f"{req.rid} position {pos} was freed out of "
+                                   f"the window but its full slot {row[pos]} still maps "
+                                   f"SWA slot {peer}")
+    full_free = _free_slots(a.full_attn_allocator, page)
+    swa_free = _free_slots(a.swa_attn_allocator, page)
+    for table, free, pool in ((full_owner, full_free, "full"), (swa_owner, swa_free, "SWA")):
+        both = sorted(set(table) & free)
+        if both:
+            raise CheckFailure("ownership", f"{pool} slot {both[0]} is free but still "
+                               f"referenced by {table[both[0]]}: a free released a slot "
+                               "its caller did not own")
+    # Every allocated page is referenced, and every allocated SWA slot is a peer.
+    size_full, size_swa = inst.full_size, inst.swa_size
+    full_alloc = set(range(page, size_full + page)) - full_free
+    referenced_pages = {s // page for s in full_owner}
+    leaked = sorted(p for p in {s // page for s in full_alloc} if p not in referenced_pages)
+    if leaked:
+        raise CheckFailure("ownership", f"full page {leaked[0]} is allocated but no request "
+                           "or tree node references it: a leak")
+    # Per page: a paged allocation maps only the positions it covers, and takes the
+    # whole SWA page.
+    swa_alloc = {s // page for s in set(range(page, size_swa + page)) - swa_free}
+    peer_pages = {int(mapping[s]) // page for s in full_alloc if int(mapping[s])}
+    orphan = sorted(swa_alloc - peer_pages)
+    if orphan:
+        raise CheckFailure("ownership", f"SWA page {orphan[0]} is allocated but no allocated "
+                           "full slot maps to it: a leak")
+    stray = sorted(peer_pages - swa_alloc)
+    if stray:
+        raise CheckFailure("ownership", f"SWA page {stray[0]} is free but an allocated full "
+                           "slot still maps to it")
