@@ -38,6 +38,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("verify.quality.seeded", "verify.conformance"): HYPOTHESIS,
     ("verify.quality.seeded", "torch"): "optional: the attention detector is skipped without it",
     ("verify.targets.registry", "verify.targets.vllm"): "an adapter loads only when named",
+    ("verify.targets.registry", "verify.targets.sglang"): "an adapter loads only when named",
+    ("verify.targets.sglang", "verify.targets.sglang_stubs"): "its import stubs go in only when "
+    "SGLang is loaded",
     ("verify.terminal", "rich"): RICH,
     ("verify.usage", "hypothesis"): HYPOTHESIS,
 }

@@ -15,7 +15,7 @@ def _vllm() -> Target:
 
 
 def _sglang() -> Target:
-    from kvpocket.verify.targets.sglang import SglangTarget
+    from kvpocket.verify.targets.sglang import SglangTarget  # loads only when named
 
     return SglangTarget()
 

@@ -106,7 +106,7 @@ class _Api:
     def __init__(self) -> None:
         # SGLang's own CPU tests run the unified tree's Python core.
         os.environ.setdefault("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python")
-        from kvpocket.verify.targets import sglang_stubs
+        from kvpocket.verify.targets import sglang_stubs  # stubs go in only when SGLang loads
 
         sglang_stubs.install()
         try:

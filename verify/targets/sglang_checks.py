@@ -16,17 +16,35 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from kvpocket.verify.targets.base import CheckFailure
+from kvpocket.verify.targets.base import CheckFailure, StepStats
 from kvpocket.verify.targets.data_oracle import NEVER_WRITTEN
 from kvpocket.verify.targets.workload import Request
 
-if TYPE_CHECKING:
-    from kvpocket.verify.targets.sglang import SglangInstance
+
+class SglangInstance(Protocol):
+    """What the checks read of the target's instance (`sglang.SglangInstance`), named here
+    so that the checks do not import the driver that imports them."""
+
+    api: Any
+    alloc: Any
+    tree: Any
+    r2t: Any
+    stats: StepStats
+    page: int
+    full_size: int
+    swa_size: int
+    sreqs: dict[str, Any]
+    prefix_ids: dict[str, list[int]]
+
+    def running(self) -> list[tuple[Request, Any]]: ...
+
+    def _quiet(self) -> AbstractContextManager[Any]: ...
 
 RARE_SWA_ONLY = "SWA-only eviction (tombstones made)"
 RARE_BOTH = "eviction of full and SWA"
