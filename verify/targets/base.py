@@ -9,6 +9,7 @@ new module here and an entry in `registry.py`, not a change to the campaign.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,6 +19,25 @@ from kvpocket.verify.targets.workload import Op, WorkloadShape
 
 class TargetUnavailable(Exception):
     """The engine is not installed in this interpreter; the message says what to install."""
+
+
+def installed_version(distributions: tuple[str, ...], install_hint: str) -> str:
+    """The version of the first of `distributions` installed here, read without importing
+    the engine (its import takes a minute); `TargetUnavailable(install_hint)` if none is."""
+    for dist in distributions:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    raise TargetUnavailable(install_hint)
+
+
+def is_installed(distributions: tuple[str, ...]) -> bool:
+    try:
+        installed_version(distributions, "")
+    except TargetUnavailable:
+        return False
+    return True
 
 
 class CheckFailure(AssertionError):

