@@ -250,7 +250,9 @@ CASES = [
     case("spec --policy sideways", "--policy"),
     case("spec --json --diagram", "--diagram"),
     # -- fuzz --target (the target campaign; vLLM absent from this interpreter or not)
-    case("fuzz --target sglang", "--target", "vllm"),
+    case("fuzz --target trtllm", "--target", "vllm", "sglang"),
+    # SGLang is never in the main venv (pip cannot install it on a CPU machine)
+    case("fuzz --target sglang", "--target", "scripts/sglang.sh"),
     case("fuzz --replay {d}/valid.ndjson", "--replay", "--target"),
     case("fuzz --target vllm --policy pin", "--policy", "not used with --target"),
     case("fuzz --target vllm --examples 0", "--examples", "[1, "),
