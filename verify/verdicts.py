@@ -35,50 +35,50 @@ def _gaps(names: list[str]) -> str:
     return f"{len(names)} rare states never reached ({', '.join(names)})"
 
 
+def _ruled(what: str, ran: str, found: str | None, interrupted: bool, gaps: list[str],
+           clean: str, short: str | None = None) -> Verdict:
+    """The rule of the module's docstring for an engine that runs examples: `found` (the
+    bug's words), `short` (why the plan ran short), `gaps` (rare states never reached)."""
+    if found is not None:
+        return Verdict(what, EXIT_FOUND, f"BUG FOUND{found} ({ran})")
+    if interrupted:
+        return Verdict(what, EXIT_INTERRUPTED, f"interrupted after {ran}")
+    if short is not None:
+        return Verdict(what, EXIT_INCOMPLETE, f"incomplete: {short}")
+    if gaps:
+        return Verdict(what, EXIT_INCOMPLETE, f"incomplete: no bug found, but {_gaps(gaps)} "
+                       f"({ran})")
+    return Verdict(what, EXIT_OK, clean)
+
+
 def matrix_verdict(d: Report) -> Verdict:
     ran = f"{d['examples']:,} examples, {len(d['cells'])} cells"
-    if d["failures"]:
-        f = d["failures"][0]
-        return Verdict("fuzz", EXIT_FOUND, f"BUG FOUND in {f['cell']}: {f['kind']} ({ran})")
-    if d["interrupted"]:
-        return Verdict("fuzz", EXIT_INTERRUPTED, f"interrupted after {ran}")
-    if d.get("ran_short"):
-        return Verdict("fuzz", EXIT_INCOMPLETE, f"incomplete: {d['examples']:,} of the "
-                       f"{d['intended_examples']:,} examples its plan intends ran")
-    if d.get("unreached"):
-        return Verdict("fuzz", EXIT_INCOMPLETE, f"incomplete: no bug found, but "
-                       f"{_gaps(d['unreached'])} ({ran})")
+    f = d["failures"][0] if d["failures"] else None
+    short = f"{d['examples']:,} of the {d['intended_examples']:,} examples its plan intends " \
+        "ran" if d.get("ran_short") else None
     # Hypothesis may run a few more examples than a slice asks for: the plan is the count
     plan = f"a plan of {d['total_examples']:,}, " if d.get("total_examples") else ""
-    return Verdict("fuzz", EXIT_OK, f"no bug found, the plan ran to its end "
-                   f"({plan}{d['examples']:,} examples run, {len(d['cells'])} cells)")
+    return _ruled("fuzz", ran, None if f is None else f" in {f['cell']}: {f['kind']}",
+                  d["interrupted"], d.get("unreached") or [],
+                  f"no bug found, the plan ran to its end "
+                  f"({plan}{d['examples']:,} examples run, {len(d['cells'])} cells)", short)
 
 
 def campaign_verdict(d: Report) -> Verdict:
     ran = f"{d['examples']:,} examples of {d['config']}/{d['policy']}"
-    if d["failures"]:
-        first = (d["failures"][0]["message"].splitlines() or ["failure"])[0]
-        return Verdict("fuzz", EXIT_FOUND, f"BUG FOUND: {first} ({ran})")
-    if d["interrupted"]:
-        return Verdict("fuzz", EXIT_INTERRUPTED, f"interrupted after {ran}")
-    if d.get("coverage_gaps"):
-        return Verdict("fuzz", EXIT_INCOMPLETE, f"incomplete: no bug found, but "
-                       f"{_gaps(d['coverage_gaps'])} ({ran})")
-    return Verdict("fuzz", EXIT_OK, f"no bug found ({ran})")
+    found = f": {(d['failures'][0]['message'].splitlines() or ['failure'])[0]}" \
+        if d["failures"] else None
+    return _ruled("fuzz", ran, found, d["interrupted"], d.get("coverage_gaps") or [],
+                  f"no bug found ({ran})")
 
 
 def target_verdict(d: Report) -> Verdict:
     ran = f"{d['examples']:,} examples of {d['target']} {d['version']} {d['config']}"
-    if d["failure"] is not None:
-        f = d["failure"]
-        known = f", known engine bug {d['known_engine_bug']}" if d.get("known_engine_bug") else ""
-        return Verdict(d["target"], EXIT_FOUND, f"BUG FOUND ({f['check']}{known}) ({ran})")
-    if d.get("interrupted"):
-        return Verdict(d["target"], EXIT_INTERRUPTED, f"interrupted after {ran}")
-    if d["coverage_gaps"]:
-        return Verdict(d["target"], EXIT_INCOMPLETE, f"incomplete: no bug found, but "
-                       f"{_gaps(d['coverage_gaps'])} ({ran})")
-    return Verdict(d["target"], EXIT_OK, f"no bug found, every rare state reached ({ran})")
+    f = d["failure"]
+    known = f", known engine bug {d['known_engine_bug']}" if d.get("known_engine_bug") else ""
+    return _ruled(d["target"], ran, None if f is None else f" ({f['check']}{known})",
+                  bool(d.get("interrupted")), d["coverage_gaps"],
+                  f"no bug found, every rare state reached ({ran})")
 
 
 def prove_verdict(d: Report) -> Verdict:

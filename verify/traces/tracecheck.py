@@ -10,9 +10,10 @@ earlier event that touched the same slots.
 The configuration's `order` is the policy profile: under the safety spec (`any`) the
 victim of an eviction, the entry a pop takes and the slot an allocation takes are the
 manager's choice. An event that records no `choices` leaves them unknown, so the checker
-tries every victim and pocket choice the spec allows, and for slots the ones the event's
-observed page index shows (then the lowest other one), and keeps every model state that
-fits the event's result and observed fields; the log is rejected when none does.
+tries every victim and pocket choice the spec allows, takes the slots the event's observed
+page index shows (`observed_slots.py`; every order of them only when that does not fit), and
+keeps every model state that fits the event's result and observed fields; the log is
+rejected when none does.
 More than `MAX_STATES` fitting states (or `MAX_RUNS` tries for one event) is a usage
 error: the log must record its choices.
 """
@@ -27,11 +28,13 @@ from typing import Any
 from kvpocket.model.choices import BELOW, DEFAULTED, OPEN, SLOT
 from kvpocket.model.config import NONE, KVConfig, Order, SeqStatus, num_blocks_for
 from kvpocket.model.errors import ChoiceRejected, GuardViolation, MissingChoice
-from kvpocket.model.executor import Chooser, RecordedChooser, Step
+from kvpocket.model.executor import Candidates, Chooser, RecordedChooser, Step
 from kvpocket.model.logic import count_equal
 from kvpocket.model.machine import Model
 from kvpocket.model.sparse import values_in
 from kvpocket.model.state import State, status
+from kvpocket.verify.traces.idset import IdRuns
+from kvpocket.verify.traces.observed_slots import SLOT_TAKERS, wanted_slots
 from kvpocket.verify.traces.trace import NO_RESULT, Event, EventStream, ParsedEventLog
 
 Where = tuple[int, int, int]
@@ -163,17 +166,34 @@ class _Trying:
     """A chooser for an event without recorded choices: follows `prefix` (an index into the
     options of each choice, in order), then the first option; `siblings` are the prefixes
     of every other sequence from there (depth first). Victim and pocket options are every
-    legal candidate. Slot options are the free slots the event's observed page index
-    shows (the manager's picks, inferred), then the lowest other one: a slot no
-    observation names is interchangeable with any other free one up to renaming."""
+    legal candidate. Slots are taken as `rename` says, or (the search behind it) tried
+    among the free slots the event's observed page index shows, then the lowest other
+    one: a slot no observation names is interchangeable with any other free one up to
+    renaming."""
 
-    def __init__(self, prefix: list[int], seen_slots: set[int]) -> None:
+    def __init__(self, prefix: list[int], seen_slots: set[int], rename: bool = False,
+                 wanted: list[int] | None = None) -> None:
+        """`rename`: slots add no runs: the i-th slot taken is `wanted[i]` where that is
+        free, else the first free one (`observed_slots.py` reads `wanted` off the log)."""
         self.prefix = prefix
         self.seen_slots = seen_slots
+        self.rename = rename
+        self.wanted = wanted or []
+        self.slots_taken = 0
         self.widths: list[int] = []
 
     def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int:
         options = candidates
+        if kind == "slot" and self.rename:
+            i, self.slots_taken = self.slots_taken, self.slots_taken + 1
+            if i < len(self.wanted):
+                want = self.wanted[i]
+                found = candidates.find(want, by_label=False) \
+                    if isinstance(candidates, Candidates) \
+                    else want if want in candidates else None
+                if found is not None:
+                    return found
+            return candidates[0]
         if kind == "slot":
             seen = [c for c, x in zip(candidates, labels, strict=True) if x in self.seen_slots]
             other = next((c for c in candidates if c not in seen), None)
@@ -223,7 +243,7 @@ class EventChecker:
         # long log is checked in bounded memory; `touches` counts every event per location.
         self.past: dict[Where, deque[_Past]] = {}
         self.touches: dict[Where, int] = {}
-        self.retired: set[int] = set()  # closed ids whose model slot was reused
+        self.retired = IdRuns()  # closed ids whose model slot was reused (runs of ids)
         # Other model states that fit the log as well as `model.state` does (events without
         # choices under the safety spec); the representative is `model.state`.
         self.others: list[State] = []
@@ -341,33 +361,24 @@ class EventChecker:
         sequence the log leaves open; keep the post-states that fit this event too."""
         m = self.model
         open_choices = ev.choices is None
-        fits: list[_Fit] = []
-        first: _Failure | None = None
-        runs = 0
         # the slots the observed page index shows: read only without recorded choices
         seen = {x for row in (ev.observed or {}).get("index", []) for x in row if x >= 0} \
             if open_choices else set()
-        for pre in [m.state, *self.others]:
-            prefixes: list[list[int]] = [[]]
-            while prefixes:
-                runs += 1
-                if runs > MAX_RUNS:
-                    raise TooVague(
-                        f"line {ev.line}: {ev.describe()}: without recorded choices more than "
-                        f"{MAX_RUNS} runs (model states that fit so far, times the victim, "
-                        "pocket and slot choices left open) must be tried; log "
-                        "the event's \"choices\" (docs/adapter-guide.md), or check with "
-                        "--order lru if the manager evicts in LRU order")
-                prefix = prefixes.pop()
-                chooser: Chooser = _Trying(prefix, seen) if open_choices \
-                    else self._recorded(ev)
-                m.state = pre
-                try:
-                    fits.append(self._attempt(ev, action, params, chooser, pre))
-                except _Failure as f:
-                    first = first or f
-                if isinstance(chooser, _Trying):
-                    prefixes.extend(chooser.siblings())
+        # Slots are first read off the observed index (one run per victim and pocket
+        # choice); only when no run fits so does the search try the slots in every order.
+        pres = [m.state, *self.others]
+        fits, first, runs = self._runs(ev, action, params, pres, seen, bool(seen))
+        if not fits and seen:
+            guided = first
+            try:
+                fits, first, runs = self._runs(ev, action, params, pres, seen, False)
+            except TooVague:
+                # too many slot orders to try: report the run that took the log's slots
+                assert guided is not None
+                guided.lines.append("(the run that took the slots the observed page index "
+                                    "shows is reported: every order of them is too many "
+                                    "to try)")
+                raise guided from None
         if not fits:
             assert first is not None
             if runs > 1:
@@ -392,6 +403,38 @@ class EventChecker:
         self.ambiguous += len(kept) > 1
         self.page_actions += best.steps
         self._note(ev, best.touched if best.value is not False else [], best.value)
+
+    def _runs(self, ev: Event, action: str, params: dict[str, Any], pres: list[State],
+              seen: set[int], rename: bool) -> tuple[list[_Fit], _Failure | None, int]:
+        """Every run of the event from each of `pres` under the choices the log leaves
+        open: the ones that fit, the first failure, how many runs were made."""
+        m = self.model
+        open_choices = ev.choices is None
+        fits: list[_Fit] = []
+        first: _Failure | None = None
+        runs = 0
+        for pre in pres:
+            prefixes: list[list[int]] = [[]]
+            while prefixes:
+                runs += 1
+                if runs > MAX_RUNS:
+                    raise TooVague(
+                        f"line {ev.line}: {ev.describe()}: without recorded choices more than "
+                        f"{MAX_RUNS} runs (model states that fit so far, times the victim, "
+                        "pocket and slot choices left open) must be tried; log "
+                        "the event's \"choices\" (docs/adapter-guide.md), or check with "
+                        "--order lru if the manager evicts in LRU order")
+                prefix = prefixes.pop()
+                chooser: Chooser = _Trying(prefix, seen, rename) if open_choices \
+                    else self._recorded(ev)
+                m.state = pre
+                try:
+                    fits.append(self._attempt(ev, action, params, chooser, pre))
+                except _Failure as f:
+                    first = first or f
+                if isinstance(chooser, _Trying):
+                    prefixes.extend(chooser.siblings())
+        return fits, first, runs
 
     def _recorded(self, ev: Event) -> RecordedChooser:
         script: dict[str, list[object]] | None = None
@@ -425,8 +468,13 @@ class EventChecker:
                            self._touched_all(pre, m.last_post, m.last_steps)) from None
         value: object = result.value if result.error is None \
             else {"error": result.error.category}
-        post = m.state
-        touched = self._touched(pre, post, m.last_steps)
+        post, steps = m.state, m.last_steps
+        if isinstance(chooser, _Trying) and chooser.rename and not chooser.wanted:
+            guided = self._guided(ev, chooser, pre, post, steps)
+            if guided is not None:
+                m.state = pre
+                return self._attempt(ev, action, params, guided, pre)
+        touched = self._touched(pre, post, steps)
         focus = set().union(*(t for _, t in touched)) if touched else set()
         counts = dict.fromkeys(COUNTED, 0)
         if ev.result is not NO_RESULT:
@@ -463,7 +511,22 @@ class EventChecker:
                 *(f"{i.name}: {i.statement}" for i in bad),
                 "the model's page actions in this event:", *(f"  {d}" for d, _ in touched)],
                 focus)
-        return _Fit(post, touched, value, counts, len(m.last_steps))
+        return _Fit(post, touched, value, counts, len(steps))
+
+    def _guided(self, ev: Event, run: _Trying, pre: State, post: State,
+                steps: list[Step]) -> _Trying | None:
+        """The same run again with the slots the event's observed page index shows for the
+        blocks this run's picks went to; None when the run already took them."""
+        seq = ev.params.get("seq")
+        q = self.slot_of.get(seq) if isinstance(seq, int) else None
+        rows = (ev.observed or {}).get("index")
+        if q is None or not rows:
+            return None
+        took = [st.params[SLOT_TAKERS[st.action]] for st in steps if st.action in SLOT_TAKERS]
+        want = wanted_slots(self.model.layout, pre, post, steps, q, rows)
+        if want == took:
+            return None
+        return _Trying(run.prefix, run.seen_slots, rename=True, wanted=want)
 
     def _unusable_victim(self, ev: Event, chooser: Chooser, pre: State) -> None:
         """The model ran out where the log evicted a victim it lists: no page there was a
