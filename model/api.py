@@ -149,7 +149,7 @@ def can_make_room(ex: Executor, level: int, pg: int) -> Term:
 
     if not ops.symbolic:  # plain values: some queued page, in any order, up to the first
         queued = ex.s.queued
-        pages = queued.truthy() if isinstance(queued, SparseArray) else \
+        pages = queued.iter_truthy() if isinstance(queued, SparseArray) else \
             page_ids(ops, lay, ex.s, queued)
         return any(leaves(p) for p in pages)
     return ops.or_(free, *(leaves(p) for p in page_ids(ops, lay, ex.s, ex.s.queued)))

@@ -113,6 +113,17 @@ class SparseArray(Sequence[Any]):
         out += [i for i, v in overlay.items() if v]
         return out
 
+    def iter_truthy(self) -> Iterator[int]:
+        """`truthy`, as a generator: a search that stops at the first position it wants
+        reads no more of the array than it needs."""
+        overlay = self._overlay
+        for i, v in self._base.items():
+            if v and i not in overlay:
+                yield i
+        for i, v in overlay.items():
+            if v:
+                yield i
+
     def used(self) -> builtins.set[int]:
         """The positions whose value is not the default."""
         return {i for i, _ in self.items()}

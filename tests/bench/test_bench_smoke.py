@@ -267,3 +267,13 @@ def test_trace_check_at_real_geometry(smoke: dict[str, Any]) -> None:
     declared = run_["declared"]
     assert declared["ok"] and declared["events"] == run_["events"]
     assert declared["num_sequences"] == 1024 and declared["max_blocks"] == 8192
+
+
+def test_trace_check_of_a_full_pool(smoke: dict[str, Any]) -> None:
+    # Counting only: the full-pool log (sequences prefilling past the pool's size) is
+    # accepted whole, and once the pool is full its allocations evict (more page actions
+    # per event than the sequences' own allocations alone would take).
+    fp = smoke["verifier"]["full_pool"]
+    assert fp["ok"] and fp["events"] == fp["events_recorded"] == 5 * fp["sequences"]
+    assert fp["slots_per_level"] == 300 and fp["peak_rss_mb"] > 0
+    assert fp["page_actions_per_event"] > 30 * 2 / 5

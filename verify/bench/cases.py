@@ -46,6 +46,8 @@ class Suite:
     # `trace check` at real geometry (`geometry.py`): (start-up slots per level, slots per
     # level, events) or None
     trace_geometry: tuple[int, int, int] | None = None
+    # `trace check` of a full pool (`geometry.full_pool_log`): (GPU slots, sequences) or None
+    full_pool: tuple[int, int] | None = None
     create_marks: tuple[int, ...] = ()  # long run: create cost after this many closed
     record_steps: int = 0  # long run: peak memory of `trace record --steps` this many
 
@@ -72,18 +74,19 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           _matrix((8,), ((128, 32), (131, 32)), lambda n, w, t: 96, (False, True)),
           batch_sweep=(4, 16), window_sweep=(64, 128), window_sweep_batch=8, sweep_steps=48,
           fuzz_examples=2, fuzz_all_cores=False, trace_geometry=(1 << 20, 100_000, 300),
-          create_marks=(0, 1000), record_steps=300),
+          full_pool=(300, 12), create_marks=(0, 1000), record_steps=300),
     Suite("default", "batches 64/256/1024 x windows 128/32, 131/32, 4096/64, with and without "
           "pressure; batch and window sweeps; fuzz (1 worker and all cores), prove per "
           "configuration, BMC to the unsafe counterexample, mutant time-to-kill, trace check "
           "at real geometry (header-only start-up at 2**20 slots per level; a 100,000-event "
-          "log at 100,000 slots per level)",
+          "log at 100,000 slots per level; a full pool at 100,000 GPU slots)",
           _matrix((64, 256, 1024), DECODE_PRESETS, _default_steps, (False, True)),
           batch_sweep=(16, 64, 256, 1024, 2048),
           window_sweep=(64, 128, 256, 512, 1024, 2048, 4096), window_sweep_batch=128,
           sweep_steps=96, fuzz_seconds=15.0,
           prove_configs=("gpu", "gpu-host", "gpu-host-disk", "gpu-host-2seq"),
           bmc_unsafe=True, mutants=True, trace_geometry=(1 << 20, 100_000, 100_000),
+          full_pool=(100_000, 5_000),
           create_marks=(0, 1000, 10_000, 100_000), record_steps=100_000),
     Suite("gpu", "CuPy: decode A/B (batches 64/256/1024 x 128/32, 131/32, 4096/64; pressure "
           "at 256), migration copy bandwidth vs a plain CuPy copy, data-oracle throughput",

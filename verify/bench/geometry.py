@@ -18,12 +18,16 @@ proportion to what a log uses, not to what its header declares. This job measure
   checker cannot beat its reader: these say how much of the time the model takes;
 * the same log under a header that declares a real manager's sequences and blocks
   (`DECLARED`: 1,024 sequences of 8,192 blocks, 16.7 M block entries) while it uses the
-  same few: its events per CPU second should be those of the log as recorded.
+  same few: its events per CPU second should be those of the log as recorded;
+* a full pool (`full_pool_throughput`), a real server's steady state: sequence after
+  sequence prefills 30 blocks, commits them and closes, so the GPU pool fills with cached
+  pages and, after the first `slots / 60` sequences, every allocation evicts.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import multiprocessing
 import resource
 import tempfile
@@ -32,6 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kvpocket.impl.manager import KVCacheManager
 from kvpocket.model.config import KVConfig
 from kvpocket.model.sparse import SparseArray
 from kvpocket.verify.presets import preset
@@ -158,3 +163,41 @@ def redeclare(src: Path, dst: Path, config: dict[str, int]) -> None:
 def bench_geometry(case: GeometryCase) -> dict[str, Any]:
     return {"startup": header_only_startup(case.startup_slots),
             "throughput": check_throughput(case)}
+
+
+FULL_POOL_TOKENS = 60  # each sequence's prompt: 30 blocks of the `two-level` life cycles
+
+
+def full_pool_log(slots: int, sequences: int, path: Path, seed: int = 0) -> int:
+    """The full-pool log at `slots` GPU slots (twice as many at host): `sequences`
+    sequences each created, grown to FULL_POOL_TOKENS tokens, committed and closed; its
+    number of events."""
+    cfg = replace(geometry_config(slots), slots_per_level=(slots, 2 * slots), max_pages=0)
+    rng = random.Random(seed)
+    with path.open("w") as f:
+        mgr = KVCacheManager(cfg, backend="numpy", slot_elems=8,
+                             backend_options={"eager": False}, event_log=f)
+        for sid in range(sequences):
+            kv = mgr.create(sid, [])
+            kv.resume()
+            kv.resize(FULL_POOL_TOKENS, 0)
+            kv.commit([rng.randrange(1 << 16) for _ in range(FULL_POOL_TOKENS)])
+            kv.close()
+        assert mgr.events is not None
+        mgr.events.close()
+    with path.open() as f:
+        return sum(1 for _ in f) - 2
+
+
+def full_pool_throughput(slots: int, sequences: int) -> dict[str, Any]:
+    """Check the full-pool log in a child process: events per CPU second, peak memory."""
+    with tempfile.TemporaryDirectory(prefix="kvpocket-full-pool-") as tmp:
+        path = Path(tmp) / "full-pool.jsonl"
+        events = full_pool_log(slots, sequences, path)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(1) as pool:
+            out: dict[str, Any] = pool.apply(_check_in_child, (str(path),))
+    return {"slots_per_level": slots, "sequences": sequences, "events_recorded": events,
+            **out, "events_per_cpu_second": _rate(out),
+            "page_actions_per_event": out["page_actions"] / out["events"]
+            if out["events"] else 0.0}

@@ -94,6 +94,14 @@ def print_result(res: BenchResult) -> None:
         con.print(f"verifier: the same log declaring {dec['num_sequences']:,} sequences of "
                   f"{dec['max_blocks']:,} blocks: {dec['events_per_cpu_second']:,.0f} events per "
                   f"CPU second, {'valid' if dec['ok'] else 'REJECTED: ' + dec['kind']}")
+    fp = res.verifier.get("full_pool")
+    if fp:
+        con.print(f"verifier: trace check of a full pool ({fp['slots_per_level']:,} GPU slots, "
+                  f"{fp['events']:,} events, every allocation evicting once it fills): "
+                  f"{fp['events_per_cpu_second']:,.0f} events per CPU second (target "
+                  f"15,000), {fp['page_actions_per_event']:.1f} page actions per event, peak "
+                  f"memory {fp['peak_rss_mb']:,.0f} MB (target 1,000 MB), "
+                  f"{'valid' if fp['ok'] else 'REJECTED: ' + fp['kind']}")
     cr = res.long_run.get("create")
     if cr:
         tb = Table(title="long run: create cost vs sequences closed (preset tiny)")

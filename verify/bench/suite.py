@@ -56,7 +56,7 @@ from kvpocket.verify.bench.cases import (
 )
 from kvpocket.verify.bench.decode import run_decode_ab
 from kvpocket.verify.bench.device import migration_bandwidth, oracle_throughput
-from kvpocket.verify.bench.geometry import GeometryCase, bench_geometry
+from kvpocket.verify.bench.geometry import GeometryCase, bench_geometry, full_pool_throughput
 from kvpocket.verify.bench.longrun import create_cost, record_peak
 from kvpocket.verify.bench.report import print_result
 from kvpocket.verify.bench.verifier import bench_bmc_unsafe, bench_fuzz, bench_mutants, bench_prove
@@ -186,6 +186,10 @@ def _run_jobs(suite: Suite, backend: str, out_dir: str, log: Callable[[str], Non
         startup, slots, events = suite.trace_geometry
         log(f"verifier: trace check at real geometry ({slots} slots per level, {events} events)")
         res.verifier["trace_geometry"] = bench_geometry(GeometryCase(startup, slots, events))
+    if suite.full_pool is not None:
+        slots, seqs = suite.full_pool
+        log(f"verifier: trace check of a full pool ({slots} GPU slots, {seqs} sequences)")
+        res.verifier["full_pool"] = full_pool_throughput(slots, seqs)
     if suite.create_marks:
         log(f"long run: create cost after {', '.join(map(str, suite.create_marks))} closed")
         res.long_run["create"] = create_cost(suite.create_marks)
