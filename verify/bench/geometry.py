@@ -27,8 +27,8 @@ proportion to what a log uses, not to what its header declares. This job measure
 from __future__ import annotations
 
 import json
-import random
 import multiprocessing
+import random
 import resource
 import tempfile
 import time
