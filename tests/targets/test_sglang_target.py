@@ -60,3 +60,45 @@ def test_planted_stale_swa_mapping_found_by_the_default_campaign(tmp_path: Path)
     assert report.failure.check in ("ownership", "data")
     assert report.examples < 500  # found (and shrunk) early in the 3,000-example plan
     assert Path(report.failure.reproducer).exists()
+
+
+# A salted request's prompt is cached, then the same prompt arrives without the salt (or
+# the same with an adapter, then without it).
+NAMESPACE_SHORT = {
+    "salt": [Op("arrive", (0, 8, 0, 1)), Op("schedule", (0, 20, 1)), Op("finish", (0,)),
+             Op("arrive", (0, 8, 0, 0)), Op("schedule", (0, 20, 1))],
+    "adapter": [Op("arrive", (0, 8, 0, 3)), Op("schedule", (0, 20, 1)), Op("finish", (0,)),
+                Op("arrive", (0, 8, 0, 0)), Op("schedule", (0, 20, 1))],
+}
+
+
+def namespace_planted(which: str) -> SglangTarget:
+    import sglang_planted
+
+    edits = sglang_planted.SALT_DROPPED if which == "salt" else \
+        sglang_planted.EXTRA_KEY_DROPPED
+    return SglangTarget(on_build=sglang_planted.planted_tree(edits))
+
+
+def test_a_salted_prompt_is_hit_with_its_salt_only() -> None:
+    ops = NAMESPACE_SHORT["salt"]
+    same_salt = [*ops[:3], Op("arrive", (0, 8, 0, 1)), ops[4]]
+    assert run_ops(SglangTarget(), PRESETS["hybrid"], same_salt).get("prefix_hit", 0) == 1
+    assert run_ops(SglangTarget(), PRESETS["hybrid"], ops).get("prefix_hit", 0) == 0
+
+
+@pytest.mark.parametrize(("which", "check"), [("salt", "isolation failure"),
+                                              ("adapter", "data")])
+def test_planted_namespace_bug_fails_the_short_workload(which: str, check: str) -> None:
+    with pytest.raises(AssertionError, match=check):
+        run_ops(namespace_planted(which), PRESETS["hybrid"], NAMESPACE_SHORT[which])
+
+
+@pytest.mark.parametrize(("which", "check"), [("salt", "isolation failure"),
+                                              ("adapter", "data")])
+def test_planted_namespace_bug_found_by_the_default_campaign(tmp_path: Path, which: str,
+                                                             check: str) -> None:
+    report = run_campaign(namespace_planted(which), PRESETS["hybrid"], examples=3000,
+                          campaign_seed=0, out_dir=str(tmp_path))
+    assert report.failure is not None and report.failure.check == check
+    assert Path(report.failure.reproducer).exists()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import inspect
 import io
 import logging
 import os
@@ -41,7 +42,7 @@ from kvpocket.verify.targets.base import (
 )
 from kvpocket.verify.targets.data_oracle import PrefixStamps
 from kvpocket.verify.targets.sglang_checks import PoolState, check_state
-from kvpocket.verify.targets.workload import Op, Request, Requests
+from kvpocket.verify.targets.workload import Identity, Op, Request, Requests
 
 INSTALL_HINT = ("SGLang is not installed in this Python: run scripts/sglang.sh (pip cannot "
                 "install sglang on a CPU machine: its metadata pins a CUDA torch; "
@@ -60,9 +61,11 @@ RARE_TOMBSTONE_INSERT = "insert of a request with its SWA prefix freed"
 RARE_HIT_FULL_POOL = "hit into a nearly full pool"
 RARE_CHUNK_CHECKPOINT = "chunked prefill checkpointed into the tree"
 RARE_RETRACT_HIT = "re-admitted after retraction with a hit"
+RARE_SALT_HIT = "prefix hit under a cache salt"
+RARE_LORA_HIT = "prefix hit under a LoRA adapter"
 RARE_STATES = (RARE_SWA_OUT_OF_WINDOW, RARE_SWA_ONLY_EVICTION, RARE_FULL_EVICTION,
                RARE_TOMBSTONE_INSERT, RARE_HIT_FULL_POOL, RARE_CHUNK_CHECKPOINT,
-               RARE_RETRACT_HIT)
+               RARE_RETRACT_HIT, RARE_SALT_HIT, RARE_LORA_HIT)
 
 PRESETS: dict[str, TargetConfig] = {
     p.name: p for p in (
@@ -128,6 +131,8 @@ class _Api:
             raise TargetUnavailable(f"{INSTALL_HINT} ({exc})") from None
         for name in ("sglang", "sglang.srt"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
+        # `Req` takes the cache salt apart from the extra key from 0.5.18 on
+        self.req_takes_salt = "cache_salt" in inspect.signature(self.batch.Req).parameters
 
 
 _API: _Api | None = None
@@ -195,8 +200,25 @@ class SglangInstance:
         a = self.api
         sp = a.sampling.SamplingParams(temperature=0, max_new_tokens=self.cfg.max_model_len)
         sreq = a.batch.Req(rid=req.rid, origin_input_text="",
-                           origin_input_ids=array("q", req.tokens), sampling_params=sp)
+                           origin_input_ids=array("q", req.tokens), sampling_params=sp,
+                           **self._namespace(req.identity))
         return sreq
+
+    def _namespace(self, ident: Identity) -> dict[str, Any]:
+        """The `Req` arguments that namespace its radix keys, as SGLang's server sets them:
+        a LoRA adapter's unique id (`lora_id`, a uuid's 32 hex digits; `Req` appends it to
+        the extra key), and the cache salt (`cache_salt` where `Req` takes one, from
+        0.5.18; before, the OpenAI layer passed the salt as the extra key)."""
+        out: dict[str, Any] = {}
+        if ident.adapter is not None:
+            out["lora_id"] = f"{ident.adapter[1]:032x}"
+        if ident.salt is not None:
+            out["cache_salt" if self.api.req_takes_salt else "extra_key"] = ident.salt
+        return out
+
+    def _stamp_root(self, ident: Identity) -> int:
+        """An adapter's weights change every token's KV; a salt changes none."""
+        return 0 if ident.adapter is None else self.prefix.rooted(("lora", ident.adapter[2]))
 
     def step(self, op: Op) -> None:
         self.stats.hit(op.kind)
@@ -206,10 +228,9 @@ class SglangInstance:
             if req is None:
                 self.stats.hit("no_request")
             else:
-                # SGLang's radix keys are the tokens alone (a salt or an adapter is an
-                # extra key the target does not drive): every request shares the root.
                 self.sreqs[req.rid] = self._new_req(req)
-                self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [])
+                self.prefix_ids[req.rid] = self.prefix.of(
+                    req.tokens, [], self._stamp_root(req.identity))
                 if op.kind == "again":
                     self._schedule(req, op.args[1] if len(op.args) > 1 else 1)
         elif op.kind == "reset":
@@ -279,6 +300,10 @@ class SglangInstance:
             self.stats.hit("prefix_hit")
             if req.rid in self.retracted:
                 self.stats.hit(RARE_RETRACT_HIT)
+            if req.identity.salt is not None:
+                self.stats.hit(RARE_SALT_HIT)
+            if req.identity.adapter is not None:
+                self.stats.hit(RARE_LORA_HIT)
             self.state.check_hit(self, req, [int(x) for x in prefix.tolist()], hit)
         if self.r2t.available_size() < 1:
             self.tree.unlock(sreq.lock)

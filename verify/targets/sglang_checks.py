@@ -62,11 +62,19 @@ class PoolState:
         # SGLang's slot 0 (and page 0) is padding; paged pools index up to size + page.
         self.full: npt.NDArray[np.int64] = np.zeros(full_size + 2 * page + 1, dtype=np.int64)
         self.swa: npt.NDArray[np.int64] = np.zeros(swa_size + 2 * page + 1, dtype=np.int64)
+        # the tenant (cache salt) of each full slot's writer: a salt does not change the
+        # KV, so a hit across salts reads the right stamp and only this tells it apart
+        self.tenant: npt.NDArray[np.int64] = np.zeros_like(self.full)
+        self.tenants: dict[str | None, int] = {None: 0}
         self.evicted_now = False
 
     def reset(self) -> None:
         self.full[:] = NEVER_WRITTEN
         self.swa[:] = NEVER_WRITTEN
+        self.tenant[:] = 0
+
+    def _tenant(self, req: Request) -> int:
+        return self.tenants.setdefault(req.identity.salt, len(self.tenants))
 
     # -- the data oracle ------------------------------------------------------------
 
@@ -96,6 +104,7 @@ class PoolState:
                                f"{int(full[pos - start])}) but it has no SWA slot mapped")
         self.full[full] = ids
         self.swa[peers] = ids
+        self.tenant[full] = self._tenant(req)
 
     def check_reads(self, inst: SglangInstance, req: Request, first_query: int, end: int,
                     what: str) -> None:
@@ -140,6 +149,15 @@ class PoolState:
                                    f"{_describe(int(self.full[slot]))}, not the "
                                    f"request's (stamp {ids[pos]})")
         full = np.asarray(slots, dtype=np.int64)
+        foreign = np.nonzero(self.tenant[full] != self._tenant(req))[0]
+        if len(foreign):
+            pos = int(foreign[0])
+            names = {v: k for k, v in self.tenants.items()}
+            raise CheckFailure("isolation failure", f"{req.rid} (cache salt "
+                               f"{req.identity.salt!r}) hits position {pos} in full slot "
+                               f"{slots[pos]}, written by a request of cache salt "
+                               f"{names[int(self.tenant[full[pos]])]!r}: one tenant's "
+                               "cached prompt served to another")
         lo = max(0, hit - self.window)
         for k, peer in enumerate(self._peers(inst, full[lo:hit]).tolist()):
             pos = lo + k
