@@ -366,7 +366,7 @@ class VllmInstance:
         self.stats.hit(op.kind)
         if op.kind in ("arrive", "again"):
             req = self.requests.new(*op.args) if op.kind == "arrive" \
-                else self.requests.again(op.args[0])
+                else self.requests.again(op.args[0], *op.args[2:3])
             if req is None:
                 self.stats.hit("no_request")
             else:

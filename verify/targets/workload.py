@@ -116,6 +116,8 @@ INPUTS = (Inputs(),
           Inputs(embeds=Embeds(2)),
           Inputs(embeds=Embeds(1, (2, 5))),
           Inputs(embeds=Embeds(2, (2, 5))))
+# Each input's partner of the same tokens: what `again` with `other` odd re-sends under.
+PARTNERS = (0, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9)
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,9 @@ class Op:
     cache, with `under_load` odd after preempting every running request first (a reset
     under load, as weight updates do it); `again(index, tokens)`: a new request re-sending
     the prompt of an earlier arrival (the `index`-th, modulo their number), whose blocks
-    may have been evicted since, admitted at once with a first chunk of up to `tokens`;
+    may have been evicted since, admitted at once with a first chunk of up to `tokens`
+    (`again(index, tokens, other)`, `other` odd: under the partner of its inputs, the same
+    token ids with other images or embeddings, to try collisions);
     `load(req, tokens, delay)`: admit the `req`-th waiting request (modulo their number,
     in the engine's waiting order)
     with up to `tokens` tokens
@@ -188,7 +192,7 @@ def ops_strategy(shape: WorkloadShape, max_steps: int) -> st.SearchStrategy[list
             return Op("arrive", (a % NUM_SHARED_PREFIXES, b % (max_len // 2 + 1), c % (3 * bs + 1),
                                  (a // NUM_SHARED_PREFIXES) % len(IDENTITIES), inputs))
         if kind < 66:
-            return Op("again", (a, 1 + b % (3 * bs)))
+            return Op("again", (a, 1 + b % (3 * bs), c % 2))
         if kind < 78:
             return Op("load", (a % 4, 1 + b % max_len, c % 4))
         if kind < 88:
@@ -236,6 +240,7 @@ class Requests:
     arrived: int = 0
     fresh: int = 0
     prompts: list[tuple[list[int], Identity]] = field(default_factory=list)  # every arrival's
+    inputs_of: list[int] = field(default_factory=list)  # the INPUTS index of each
 
     def new(self, prefix: int, shared: int, fresh: int, identity: int = 0, inputs: int = 0
             ) -> Request:
@@ -252,17 +257,31 @@ class Requests:
         for p in fitted.placeholder_positions():
             tokens[p] = PLACEHOLDER_TOKEN
         ident = IDENTITIES[identity % len(IDENTITIES)]
-        return self._add(tokens, Identity(ident.salt, ident.adapter, fitted))
+        return self._add(tokens, Identity(ident.salt, ident.adapter, fitted),
+                         inputs % len(INPUTS))
 
-    def again(self, index: int) -> Request | None:
-        """A new request with the prompt of an earlier arrival; None before any."""
+    def again(self, index: int, other: int = 0) -> Request | None:
+        """A new request with the prompt of an earlier arrival (its token ids, salt and
+        adapter), with `other` odd under the partner of its inputs (`PARTNERS`: the same
+        token ids, another image or embedding, an image at another offset); None before
+        any."""
         if not self.prompts:
             return None
-        tokens, identity = self.prompts[index % len(self.prompts)]
-        return self._add(list(tokens), identity)
+        k = index % len(self.prompts)
+        tokens, identity = self.prompts[k]
+        inputs = self.inputs_of[k]
+        if other % 2 and inputs:
+            inputs = PARTNERS[inputs]
+            fitted = INPUTS[inputs].fit(len(tokens))
+            tokens = list(tokens)
+            for p in fitted.placeholder_positions():
+                tokens[p] = PLACEHOLDER_TOKEN
+            identity = Identity(identity.salt, identity.adapter, fitted)
+        return self._add(list(tokens), identity, inputs)
 
-    def _add(self, tokens: list[int], identity: Identity) -> Request:
+    def _add(self, tokens: list[int], identity: Identity, inputs: int = 0) -> Request:
         self.prompts.append((list(tokens), identity))
+        self.inputs_of.append(inputs)
         req = Request(f"r{self.arrived}", tokens, len(tokens), identity=identity)
         self.arrived += 1
         self.live.append(req)
