@@ -106,3 +106,38 @@ def lora_name_only(inst: Any) -> None:
 
 def salt_not_hashed(inst: Any) -> None:
     inst.hasher_factory = _hasher(generate_block_hash_extra_keys=edited_copy(SALT_NOT_HASHED))
+
+
+# An image's hash left out of the block hash: prompts of the same placeholder tokens share
+# cached blocks whatever their images.
+MM_NOT_HASHED = (SourceEdit(
+    f"{UTILS}:generate_block_hash_extra_keys",
+    "lora_extra_keys + mm_extra_keys + cache_salt_keys + prompt_embeds_keys",
+    "lora_extra_keys + cache_salt_keys + prompt_embeds_keys"),)
+
+# An image's position left out of its key: the same image at another offset of a block of
+# the same tokens shares the block.
+MM_POSITION_IGNORED = (SourceEdit(
+    f"{UTILS}:_gen_mm_extra_hash_keys",
+    'extra_keys.append(("mm", mm_feature.identifier, offset - start_token_idx))',
+    'extra_keys.append(("mm", mm_feature.identifier))'),)
+
+# Prompt embeddings left out of the block hash: their token ids are placeholders (zeros),
+# so prompts of different embeddings share cached blocks.
+EMBEDS_NOT_HASHED = (SourceEdit(
+    f"{UTILS}:_gen_prompt_embeds_extra_hash_keys",
+    "    if request.prompt_embeds is None:\n",
+    "    if True:\n"),)
+
+
+def mm_not_hashed(inst: Any) -> None:
+    inst.hasher_factory = _hasher(generate_block_hash_extra_keys=edited_copy(MM_NOT_HASHED))
+
+
+def mm_position_ignored(inst: Any) -> None:
+    inst.hasher_factory = _hasher(_gen_mm_extra_hash_keys=edited_copy(MM_POSITION_IGNORED))
+
+
+def embeds_not_hashed(inst: Any) -> None:
+    inst.hasher_factory = _hasher(
+        _gen_prompt_embeds_extra_hash_keys=edited_copy(EMBEDS_NOT_HASHED))

@@ -19,6 +19,7 @@ import numpy.typing as npt
 NEVER_WRITTEN = 0
 GROUP_BITS = 4  # a stamp holds (prefix id << GROUP_BITS) | group
 ROOT_TOKEN = -(10**12)  # below every workload token: the tokens standing for a root
+KEYED_TOKEN = -(2 * 10**12)  # below every root: the tokens standing for a position's key
 
 
 @dataclass
@@ -28,6 +29,7 @@ class PrefixStamps:
 
     ids: dict[tuple[int, int], int] = field(default_factory=dict)
     roots: dict[object, int] = field(default_factory=dict)
+    keys: dict[object, int] = field(default_factory=dict)
 
     def rooted(self, key: object) -> int:
         """The id standing for the empty prefix under `key` (0 for None): requests under
@@ -37,6 +39,14 @@ class PrefixStamps:
         got = self.roots.get(key)
         if got is None:
             got = self.roots[key] = self.extend(0, ROOT_TOKEN - len(self.roots))
+        return got
+
+    def keyed(self, key: object) -> int:
+        """A token stand-in for what a position holds besides a token id (an image's
+        position, an embedding): equal keys, equal stand-ins; never a workload token."""
+        got = self.keys.get(key)
+        if got is None:
+            got = self.keys[key] = KEYED_TOKEN - len(self.keys)
         return got
 
     def extend(self, parent: int, token: int) -> int:

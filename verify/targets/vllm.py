@@ -37,6 +37,13 @@ from kvpocket.verify.targets.base import (
 from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm_eventlog import EventLogWriter, check_event_log
 from kvpocket.verify.targets.vllm_events import ConsumerView, check_kv_events
+from kvpocket.verify.targets.vllm_inputs import (
+    RARE_INPUT_STATES,
+    count_decode,
+    count_hit,
+    keyed_tokens,
+    request_kwargs,
+)
 from kvpocket.verify.targets.vllm_pool import PoolView, check_pool
 from kvpocket.verify.targets.workload import Identity, Op, Request, Requests
 
@@ -65,7 +72,7 @@ RARE_SALT_HIT = "prefix hit under a cache salt"
 RARE_LORA_HIT = "prefix hit under a LoRA adapter"
 RARE_STATES = (RARE_HIT_FULL_POOL, RARE_RECLAIMED, RARE_PREEMPT_HIT, RARE_RESET_LOAD,
                RARE_SYNC_LOAD, RARE_ASYNC_LOAD, RARE_LOAD_HIT, RARE_LOAD_AFTER_FINISH,
-               RARE_LOAD_AFTER_PREEMPT, RARE_SALT_HIT, RARE_LORA_HIT)
+               RARE_LOAD_AFTER_PREEMPT, RARE_SALT_HIT, RARE_LORA_HIT, *RARE_INPUT_STATES)
 
 # Bugs of the pinned release the default still reports, each with its write-up; CI's
 # campaigns steer clear of them (`VllmTarget(avoid_known=True)`), and a failure that goes
@@ -171,6 +178,10 @@ class _Api:
                 self.single = importlib.import_module("vllm.v1.core.specialized_manager")
         except ImportError as exc:
             raise TargetUnavailable(f"{INSTALL_HINT} ({exc})") from None
+        try:  # images in requests (MultiModalFeatureSpec: since about 0.10.2)
+            self.multimodal: Any = importlib.import_module("vllm.multimodal.inputs")
+        except ImportError:
+            self.multimodal = None
         hashing: Any
         try:
             hashing = importlib.import_module("vllm.utils.hashing")
@@ -343,17 +354,19 @@ class VllmInstance:
         if ident.adapter is not None:
             name, lora_id, path = ident.adapter
             lora = a.lora_request(lora_name=name, lora_int_id=lora_id, lora_path=path)
-        kwargs = _accepted(a.request.Request.__init__, request_id=req.rid,
-                           prompt_token_ids=list(req.tokens), sampling_params=sp,
-                           pooling_params=None, block_hasher=hasher, eos_token_id=None,
-                           arrival_time=0.0, cache_salt=ident.salt, lora_request=lora)
+        fields = dict(request_id=req.rid, prompt_token_ids=list(req.tokens),
+                      sampling_params=sp, pooling_params=None, block_hasher=hasher,
+                      eos_token_id=None, arrival_time=0.0, cache_salt=ident.salt,
+                      lora_request=lora)
+        fields.update(request_kwargs(a, req))  # images, prompt embeddings (vllm_inputs.py)
+        kwargs = _accepted(a.request.Request.__init__, **fields)
         return a.request.Request(**kwargs)
 
     def step(self, op: Op) -> None:
         self.stats.hit(op.kind)
         if op.kind in ("arrive", "again"):
             req = self.requests.new(*op.args) if op.kind == "arrive" \
-                else self.requests.again(op.args[0])
+                else self.requests.again(op.args[0], *op.args[2:3])
             if req is None:
                 self.stats.hit("no_request")
             else:
@@ -363,7 +376,8 @@ class VllmInstance:
                 # An adapter's weights change every token's KV; a salt changes none.
                 adapter = req.identity.adapter
                 root = self.prefix.rooted(None if adapter is None else ("lora", adapter[2]))
-                self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [], root)
+                keyed = keyed_tokens(self.prefix, req.tokens, req.identity.inputs)
+                self.prefix_ids[req.rid] = self.prefix.of(keyed, [], root)
                 # vLLM hashes a prompt on arrival: what each hash stands for is known from
                 # then on, so a block cached under it before it is written is caught.
                 self._learn_hashes(req.rid)
@@ -462,6 +476,7 @@ class VllmInstance:
         if len(req.tokens) > before:
             vreq.append_output_token_ids(req.tokens[-1])
             self.prefix.of(req.tokens, self.prefix_ids[req.rid])
+            count_decode(self.stats, req, self.cfg.block_size)
         start = req.computed
         if self.tracing:
             self.events.before(req)
@@ -711,6 +726,7 @@ class VllmInstance:
             self.stats.hit(RARE_SALT_HIT)
         if req.identity.adapter is not None:
             self.stats.hit(RARE_LORA_HIT)
+        count_hit(self.stats, req, hit)
         for g, table in enumerate(tables):
             bs = self.cfg.group_block_size(g)
             for b, block in enumerate(table):

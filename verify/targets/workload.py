@@ -20,15 +20,72 @@ OP_KINDS = ("arrive", "schedule", "preempt", "finish", "reset", "again", "load")
 NUM_SHARED_PREFIXES = 3
 
 
+# A vision model's image placeholder token: an image's positions in the prompt hold it, and
+# a prompt may hold it as text too (token ids sent as they are), with no image behind it.
+PLACEHOLDER_TOKEN = 40_000
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image of the prompt: `length` placeholder tokens from position `offset`, its
+    content named by `image` (the engine's hash of it)."""
+
+    image: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Embeds:
+    """Prompt embeddings given instead of token ids, looked up in embedding table `table`
+    (1 or more; the embedding of a position is a function of the table and the token the
+    workload put there): for the whole prompt (`span` None, no token ids at all) or for the
+    positions [start, end) of `span`, token ids elsewhere (a mixed prompt)."""
+
+    table: int
+    span: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a prompt carries besides token ids: images, placeholder tokens sent as text,
+    prompt embeddings. Positions are the prompt's; `fit` drops what a prompt is too short
+    for (an image that does not fit whole, placeholders past its end) and clips a span."""
+
+    images: tuple[Image, ...] = ()
+    placeholders: tuple[int, ...] = ()
+    embeds: Embeds | None = None
+
+    def fit(self, n: int) -> Inputs:
+        embeds = self.embeds
+        if embeds is not None and embeds.span is not None:
+            lo, hi = embeds.span[0], min(embeds.span[1], n)
+            embeds = Embeds(embeds.table, (lo, hi)) if lo < hi else None
+        return Inputs(tuple(i for i in self.images if i.offset + i.length <= n),
+                      tuple(p for p in self.placeholders if p < n), embeds)
+
+    def placeholder_positions(self) -> list[int]:
+        return sorted({*self.placeholders,
+                       *(p for i in self.images for p in range(i.offset, i.offset + i.length))})
+
+    def embedded(self, n: int) -> range:
+        """The embedded positions of a prompt of `n` tokens."""
+        if self.embeds is None:
+            return range(0)
+        return range(n) if self.embeds.span is None else range(*self.embeds.span)
+
+
 @dataclass(frozen=True)
 class Identity:
     """What besides its tokens makes a request's KV, or its right to a cached block,
     differ: a LoRA adapter (`name`, a unique id, and the weights it loads, `path`), which
     changes the KV; a cache salt, the tenant boundary, which does not change the KV but must
-    keep tenants' blocks apart."""
+    keep tenants' blocks apart; the prompt's images and embeddings (`Inputs`), which change
+    the KV of their positions and of every position after them."""
 
     salt: str | None = None
     adapter: tuple[str, int, str] | None = None  # (name, id, path)
+    inputs: Inputs = field(default_factory=Inputs)
 
 
 # Salts and adapter names drawn from one small set of strings, so that collisions are
@@ -39,19 +96,45 @@ IDENTITIES = (Identity(), Identity(salt="a"), Identity(salt="b"),
               Identity(adapter=("b", 3, "/adapters/b")),
               Identity(salt="a", adapter=("a", 1, "/adapters/a")))
 
+# The inputs an arrival may carry (the `arrive` op's fifth argument), all from position 2 on
+# (a prompt's first block stays shareable with plain prompts of its tokens). Pairs that
+# try collisions: 1 and 2 hold the same placeholder tokens with different images (one
+# image spanning a block boundary), as do 3 and 4 (two images in one block, one ending at
+# 7, so that a decode step completes its last block of an odd prompt); 5 and 6 hold the
+# same tokens and the same image at different offsets of one block, the positions before
+# it placeholders sent as text; 7 and 8 are pure embeddings of two tables, 9 and 10 the
+# same tokens with positions 2 to 4 embedded from either table.
+IMG_X, IMG_Y, IMG_Z = "img-x", "img-y", "img-z"
+INPUTS = (Inputs(),
+          Inputs(images=(Image(IMG_X, 2, 3),)),
+          Inputs(images=(Image(IMG_Y, 2, 3),)),
+          Inputs(images=(Image(IMG_X, 2, 1), Image(IMG_Y, 3, 1), Image(IMG_Z, 4, 3))),
+          Inputs(images=(Image(IMG_Y, 2, 1), Image(IMG_X, 3, 1), Image(IMG_Z, 4, 3))),
+          Inputs(images=(Image(IMG_X, 4, 2),), placeholders=(2, 3, 6)),
+          Inputs(images=(Image(IMG_X, 5, 2),), placeholders=(2, 3, 4)),
+          Inputs(embeds=Embeds(1)),
+          Inputs(embeds=Embeds(2)),
+          Inputs(embeds=Embeds(1, (2, 5))),
+          Inputs(embeds=Embeds(2, (2, 5))))
+# Each input's partner of the same tokens: what `again` with `other` odd re-sends under.
+PARTNERS = (0, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9)
+
 
 @dataclass(frozen=True)
 class Op:
-    """One serving operation. `arrive(prefix, shared, fresh, identity)`: a request whose
-    prompt is the first `shared` tokens of shared sequence `prefix` and `fresh` new tokens,
-    under `IDENTITIES[identity]` (modulo their number; none when left out);
+    """One serving operation. `arrive(prefix, shared, fresh, identity, inputs)`: a request
+    whose prompt is the first `shared` tokens of shared sequence `prefix` and `fresh` new
+    tokens, under `IDENTITIES[identity]`, carrying `INPUTS[inputs]` (each modulo their
+    number; none when left out);
     `schedule(req, tokens, repeat)`: `repeat` scheduler steps of request `req`, each a
     prefill chunk of up to `tokens` or one decode token; `preempt(req)`: freed and back to waiting, recomputed
     from scratch; `finish(req)`: freed for good; `reset(under_load)`: reset the prefix
     cache, with `under_load` odd after preempting every running request first (a reset
     under load, as weight updates do it); `again(index, tokens)`: a new request re-sending
     the prompt of an earlier arrival (the `index`-th, modulo their number), whose blocks
-    may have been evicted since, admitted at once with a first chunk of up to `tokens`;
+    may have been evicted since, admitted at once with a first chunk of up to `tokens`
+    (`again(index, tokens, other)`, `other` odd: under the partner of its inputs, the same
+    token ids with other images or embeddings, to try collisions);
     `load(req, tokens, delay)`: admit the `req`-th waiting request (modulo their number,
     in the engine's waiting order)
     with up to `tokens` tokens
@@ -103,10 +186,13 @@ def ops_strategy(shape: WorkloadShape, max_steps: int) -> st.SearchStrategy[list
         if kind < 46:
             return Op("schedule", (a % 4, 1 + b % (3 * bs), 1 + c % 8))
         if kind < 60:
+            # Inputs: none for 6 of the 14 kinds of an arrival; images twice as often as
+            # embeddings (their collisions need a pair of layouts on one prefix).
+            inputs = 0 if kind < 52 else 1 + ((kind - 52) * 2 + (b // 11) % 2) % (len(INPUTS) - 1)
             return Op("arrive", (a % NUM_SHARED_PREFIXES, b % (max_len // 2 + 1), c % (3 * bs + 1),
-                                 (a // NUM_SHARED_PREFIXES) % len(IDENTITIES)))
+                                 (a // NUM_SHARED_PREFIXES) % len(IDENTITIES), inputs))
         if kind < 66:
-            return Op("again", (a, 1 + b % (3 * bs)))
+            return Op("again", (a, 1 + b % (3 * bs), c % 2))
         if kind < 78:
             return Op("load", (a % 4, 1 + b % max_len, c % 4))
         if kind < 88:
@@ -154,8 +240,10 @@ class Requests:
     arrived: int = 0
     fresh: int = 0
     prompts: list[tuple[list[int], Identity]] = field(default_factory=list)  # every arrival's
+    inputs_of: list[int] = field(default_factory=list)  # the INPUTS index of each
 
-    def new(self, prefix: int, shared: int, fresh: int, identity: int = 0) -> Request:
+    def new(self, prefix: int, shared: int, fresh: int, identity: int = 0, inputs: int = 0
+            ) -> Request:
         shared = min(shared, self.shape.max_len - 1)
         fresh = min(fresh, self.shape.max_len - 1 - shared)
         tokens = [shared_token(prefix, i) for i in range(shared)]
@@ -165,17 +253,35 @@ class Requests:
         if not tokens:
             self.fresh += 1
             tokens.append(-self.fresh)
-        return self._add(tokens, IDENTITIES[identity % len(IDENTITIES)])
+        fitted = INPUTS[inputs % len(INPUTS)].fit(len(tokens))
+        for p in fitted.placeholder_positions():
+            tokens[p] = PLACEHOLDER_TOKEN
+        ident = IDENTITIES[identity % len(IDENTITIES)]
+        return self._add(tokens, Identity(ident.salt, ident.adapter, fitted),
+                         inputs % len(INPUTS))
 
-    def again(self, index: int) -> Request | None:
-        """A new request with the prompt of an earlier arrival; None before any."""
+    def again(self, index: int, other: int = 0) -> Request | None:
+        """A new request with the prompt of an earlier arrival (its token ids, salt and
+        adapter), with `other` odd under the partner of its inputs (`PARTNERS`: the same
+        token ids, another image or embedding, an image at another offset); None before
+        any."""
         if not self.prompts:
             return None
-        tokens, identity = self.prompts[index % len(self.prompts)]
-        return self._add(list(tokens), identity)
+        k = index % len(self.prompts)
+        tokens, identity = self.prompts[k]
+        inputs = self.inputs_of[k]
+        if other % 2 and inputs:
+            inputs = PARTNERS[inputs]
+            fitted = INPUTS[inputs].fit(len(tokens))
+            tokens = list(tokens)
+            for p in fitted.placeholder_positions():
+                tokens[p] = PLACEHOLDER_TOKEN
+            identity = Identity(identity.salt, identity.adapter, fitted)
+        return self._add(list(tokens), identity, inputs)
 
-    def _add(self, tokens: list[int], identity: Identity) -> Request:
+    def _add(self, tokens: list[int], identity: Identity, inputs: int = 0) -> Request:
         self.prompts.append((list(tokens), identity))
+        self.inputs_of.append(inputs)
         req = Request(f"r{self.arrived}", tokens, len(tokens), identity=identity)
         self.arrived += 1
         self.live.append(req)
