@@ -131,7 +131,7 @@ class _Api:
                 # the allocation helpers left common.py in 0.5.16
                 self.allocation: Any = _first_module("sglang.srt.mem_cache.allocation",
                                                      "sglang.srt.mem_cache.common")
-                self.compat = Compat(self.batch, self.common, self.unified)
+                self.compat = Compat.load(self.batch, self.common, self.unified)
         except ImportError as exc:
             raise TargetUnavailable(f"{INSTALL_HINT} ({exc})") from None
         for name in ("sglang", "sglang.srt"):

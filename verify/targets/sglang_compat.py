@@ -43,17 +43,33 @@ def _optional(name: str) -> Any:
 class Compat:
     """What the loaded SGLang release offers, detected once (`api().compat`)."""
 
-    def __init__(self, batch: Any, common: Any, unified: Any) -> None:
+    def __init__(self, batch: Any, common: Any, unified: Any = None, *,
+                 swa_tree: Any = None, policy: Any = None, base: Any = None,
+                 stats: Any = None) -> None:
+        """The modules of the loaded release (`load` imports them); `batch` is
+        `managers.schedule_batch`, `common` is `mem_cache.common`, `unified` the unified
+        tree's module or None, `stats` the pool-stats observer or None."""
         self.batch, self.common, self.unified = batch, common, unified
-        self.swa_tree: Any = _optional("sglang.srt.mem_cache.swa_radix_cache")
-        self.policy: Any = _optional("sglang.srt.managers.schedule_policy")
-        self.base: Any = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
-        stats = _optional("sglang.srt.managers.scheduler_components.pool_stats_observer")
+        self.swa_tree, self.policy, self.base = swa_tree, policy, base
         # SGLang's own count of what a request holds, where the release has it
         self.stats: Any = stats if hasattr(stats, "kv_private_swa_tokens") else None
         release = inspect.signature(common.release_kv_cache).parameters
         self.release_keyword = "checkpoint" if "checkpoint" in release else "is_insert"
         self.release_req_keywords = set(inspect.signature(batch.release_req).parameters)
+
+    @staticmethod
+    def server_args() -> Any:
+        """The scheduler's server args (releases whose `release_req` takes them)."""
+        return importlib.import_module("sglang.srt.server_args").get_global_server_args()
+
+    @classmethod
+    def load(cls, batch: Any, common: Any, unified: Any) -> Compat:
+        return cls(batch, common, unified,
+                   swa_tree=_optional("sglang.srt.mem_cache.swa_radix_cache"),
+                   policy=_optional("sglang.srt.managers.schedule_policy"),
+                   base=importlib.import_module("sglang.srt.mem_cache.base_prefix_cache"),
+                   stats=_optional(
+                       "sglang.srt.managers.scheduler_components.pool_stats_observer"))
 
     # -- the tree ---------------------------------------------------------------------
 
@@ -205,8 +221,7 @@ class Compat:
             token_to_kv_pool_allocator=alloc, tree_cache=tree, hisparse_coordinator=None,
             offload_kv=False)
         if "server_args" in self.release_req_keywords:
-            kwargs["server_args"] = importlib.import_module(
-                "sglang.srt.server_args").get_global_server_args()
+            kwargs["server_args"] = self.server_args()
         self.batch.release_req(**{k: v for k, v in kwargs.items()
                                   if k in self.release_req_keywords})
 
