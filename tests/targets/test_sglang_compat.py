@@ -96,7 +96,7 @@ def test_split_kv_routes_two_fields_to_a_record_made_on_first_write() -> None:
     kv.kv_allocated_len = 0  # nothing to record yet: no record made
     assert req.kv is None
     kv.kv_allocated_len = 7
-    assert req.kv == TwoFieldKvInfo(kv_allocated_len=7, swa_evicted_seqlen=0)
+    assert req.__dict__["kv"] == TwoFieldKvInfo(kv_allocated_len=7, swa_evicted_seqlen=0)
     kv.cache_protected_len = 6
     assert req.cache_protected_len == 6 and not hasattr(req.kv, "cache_protected_len")
     assert kv.swa_evicted_seqlen == 0
