@@ -79,6 +79,11 @@ PRESETS: dict[str, TargetConfig] = {
                      options=((OPT_MAX_REQUESTS, 4), (OPT_SWA_TOKENS, 12)),
                      description="the hybrid preset with paged pools (page size 2): 12 "
                      "full pages, 6 sliding-window pages"),
+        TargetConfig("hybrid-paged-odd", block_size=2, num_blocks=12, groups=("full", "swa"),
+                     sliding_window=3, max_model_len=20,
+                     options=((OPT_MAX_REQUESTS, 4), (OPT_SWA_TOKENS, 12)),
+                     description="paged pools (page size 2) with a window of 3, not a "
+                     "whole number of pages: the out-of-window free's page rounding"),
         TargetConfig("hybrid-tight", block_size=1, num_blocks=16, groups=("full", "swa"),
                      sliding_window=3, max_model_len=16,
                      options=((OPT_MAX_REQUESTS, 3), (OPT_SWA_TOKENS, 8)),
