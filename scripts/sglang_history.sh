@@ -23,10 +23,14 @@ py=${KVPOCKET_SGLANG_VENV:-$HOME/.cache/kvpocket/sglang-$pinned}/bin/python
 root=$HOME/.cache/kvpocket/sglang-history
 examples=${KVPOCKET_HISTORY_EXAMPLES:-3000}
 # version config expected (docs/targets/sglang.md, "Real bugs in released SGLang")
+# Measured (docs/targets/sglang.md): 0.5.22 stops at an engine assertion
+# (checkpoint_into_tree, at the end of a run) that the pinned 0.5.23 does not reach;
+# not yet matched to a tracker entry.
 cases=(
   "$pinned hybrid clean"
-  "0.5.20 hybrid clean"
-  "0.5.14 hybrid clean"
+  "0.5.22 hybrid found"
+  "0.5.22 hybrid-paged found"
+  "0.5.21 hybrid clean"
 )
 if [ $# -gt 0 ]; then
   cases=()
