@@ -157,3 +157,49 @@ def test_again_re_sends_an_earlier_prompt() -> None:
     reqs.remove(first)
     again = reqs.again(5)
     assert again is not None and again.tokens == first.tokens and again.rid != first.rid
+
+
+class _AssertsAtTheEnd:
+    """A stand-in engine whose own end-of-run bookkeeping asserts."""
+
+    name = "stand-in"
+
+    def __init__(self) -> None:
+        from kvpocket.verify.targets.base import StepStats
+
+        self.stats = StepStats()
+
+    def step(self, op: Op) -> None:
+        self.stats.hit(op.kind)
+
+    def observe(self) -> dict[str, object]:
+        return {}
+
+    def finish(self) -> None:
+        raise AssertionError("new_prefix_len=2, len(new_indices)=0")
+
+
+def test_an_engine_assertion_while_finishing_is_a_found_engine_failure() -> None:
+    from kvpocket.verify.targets.base import CheckFailure
+    from kvpocket.verify.targets.campaign import run_ops
+
+    class StandIn:
+        name = "stand-in"
+
+        def version(self) -> str:
+            return "0"
+
+        def presets(self) -> dict[str, TargetConfig]:
+            return {}
+
+        def build(self, cfg: TargetConfig) -> _AssertsAtTheEnd:
+            return _AssertsAtTheEnd()
+
+        def rare_states(self, cfg: TargetConfig) -> tuple[str, ...]:
+            return ()
+
+    cfg = TargetConfig("t", block_size=2, num_blocks=4, groups=("full",), sliding_window=0,
+                       max_model_len=8)
+    with pytest.raises(CheckFailure, match=r"AssertionError.*at the end of the run") as exc:
+        run_ops(StandIn(), cfg, [Op("arrive", (0, 1, 1, 0))])
+    assert exc.value.check == "engine"

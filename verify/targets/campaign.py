@@ -120,6 +120,8 @@ def run_ops(target: Target, cfg: TargetConfig, ops: list[Op],
         inst.finish()
     except CheckFailure as exc:
         raise CheckFailure(exc.check, f"{exc.detail} (at the end of the run)") from None
+    except Exception as exc:  # the engine refused its own state while finishing
+        raise CheckFailure("engine", f"{_raised_where(exc)} (at the end of the run)") from None
     return inst.stats.counts
 
 

@@ -42,6 +42,7 @@ from kvpocket.verify.targets.base import (
 )
 from kvpocket.verify.targets.data_oracle import PrefixStamps
 from kvpocket.verify.targets.sglang_checks import PoolState, check_state
+from kvpocket.verify.targets.sglang_compat import Compat
 from kvpocket.verify.targets.workload import Identity, Op, Request, Requests
 
 INSTALL_HINT = ("SGLang is not installed in this Python: run scripts/sglang.sh (pip cannot "
@@ -80,6 +81,11 @@ PRESETS: dict[str, TargetConfig] = {
                      options=((OPT_MAX_REQUESTS, 4), (OPT_SWA_TOKENS, 12)),
                      description="the hybrid preset with paged pools (page size 2): 12 "
                      "full pages, 6 sliding-window pages"),
+        TargetConfig("hybrid-paged-odd", block_size=2, num_blocks=12, groups=("full", "swa"),
+                     sliding_window=3, max_model_len=20,
+                     options=((OPT_MAX_REQUESTS, 4), (OPT_SWA_TOKENS, 12)),
+                     description="paged pools (page size 2) with a window of 3, not a "
+                     "whole number of pages: the out-of-window free's page rounding"),
         TargetConfig("hybrid-tight", block_size=1, num_blocks=16, groups=("full", "swa"),
                      sliding_window=3, max_model_len=16,
                      options=((OPT_MAX_REQUESTS, 3), (OPT_SWA_TOKENS, 8)),
@@ -111,28 +117,62 @@ class _Api:
             with contextlib.redirect_stderr(io.StringIO()):  # CUDA-only quantization warnings
                 self.torch: Any = importlib.import_module("torch")
                 self.server_args: Any = importlib.import_module("sglang.srt.server_args")
-                self.swa_alloc: Any = importlib.import_module("sglang.srt.mem_cache.allocator.swa")
+                # the SWA allocator moved to allocator/swa.py in 0.5.13
+                self.swa_alloc: Any = _first_module("sglang.srt.mem_cache.allocator.swa",
+                                                    "sglang.srt.mem_cache.swa_memory_pool")
                 self.swa_pool: Any = importlib.import_module("sglang.srt.mem_cache.swa_memory_pool")
                 self.memory_pool: Any = importlib.import_module("sglang.srt.mem_cache.memory_pool")
                 self.init_params: Any = importlib.import_module(
                     "sglang.srt.mem_cache.cache_init_params")
-                self.unified: Any = importlib.import_module(
-                    "sglang.srt.mem_cache.unified_radix_cache")
-                self.components: Any = importlib.import_module(
+                # the unified tree with its components (0.5.17 on; the one hybrid tree
+                # from 0.5.21); before, SWARadixCache alone
+                self.unified: Any = _optional_module("sglang.srt.mem_cache.unified_radix_cache")
+                self.components: Any = _optional_module(
                     "sglang.srt.mem_cache.unified_cache.components")
+                if self.components is None:
+                    self.unified = None
                 self.batch: Any = importlib.import_module("sglang.srt.managers.schedule_batch")
                 self.sampling: Any = importlib.import_module(
                     "sglang.srt.sampling.sampling_params")
                 self.common: Any = importlib.import_module("sglang.srt.mem_cache.common")
-                self.allocation: Any = importlib.import_module("sglang.srt.mem_cache.allocation")
-                self.stats: Any = importlib.import_module(
-                    "sglang.srt.managers.scheduler_components.pool_stats_observer")
+                # the allocation helpers left common.py in 0.5.16
+                self.allocation: Any = _first_module("sglang.srt.mem_cache.allocation",
+                                                     "sglang.srt.mem_cache.common")
+                self.compat = Compat.load(self.batch, self.common, self.unified)
         except ImportError as exc:
             raise TargetUnavailable(f"{INSTALL_HINT} ({exc})") from None
         for name in ("sglang", "sglang.srt"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         # `Req` takes the cache salt apart from the extra key from 0.5.18 on
         self.req_takes_salt = "cache_salt" in inspect.signature(self.batch.Req).parameters
+
+
+def _accepted(cls: Any, **optional: Any) -> dict[str, Any]:
+    """The keyword arguments of `optional` that `cls` takes by name (a parameter a
+    release added or dropped: SWAKVPool's `enable_kvcache_transpose`, 0.5.14 and before)."""
+    params = inspect.signature(cls.__init__).parameters
+    return {k: v for k, v in optional.items() if k in params}
+
+
+def _optional_module(name: str) -> Any:
+    """The module, or None where the release does not have it."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not name.startswith(exc.name):
+            raise
+        return None
+
+
+def _first_module(*names: str) -> Any:
+    """The first of `names` that imports (a module that moved between releases)."""
+    for name in names[:-1]:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise
+    return importlib.import_module(names[-1])
 
 
 _API: _Api | None = None
@@ -173,16 +213,21 @@ class SglangInstance:
         kv = a.swa_pool.SWAKVPool(
             size=self.full_size, size_swa=self.swa_size, page_size=self.page,
             dtype=torch.float32, head_num=1, head_dim=1, swa_attention_layer_ids=[0],
-            full_attention_layer_ids=[1], device="cpu")
+            full_attention_layer_ids=[1], device="cpu",
+            **_accepted(a.swa_pool.SWAKVPool, enable_kvcache_transpose=False))
         cls = allocator_class or a.swa_alloc.SWATokenToKVPoolAllocator
         self.alloc = cls(size=self.full_size, size_swa=self.swa_size, page_size=self.page,
                          dtype=torch.float32, device="cpu", kvcache=kv, need_sort=False)
-        ct = a.components.ComponentType
+        extra: dict[str, Any] = {}
+        if a.components is not None:
+            ct = a.components.ComponentType
+            extra["tree_components"] = (ct.FULL, ct.SWA)
         params = a.init_params.CacheInitParams(
             req_to_token_pool=self.r2t, token_to_kv_pool_allocator=self.alloc,
             page_size=self.page, disable=False, sliding_window_size=self.window,
-            tree_components=(ct.FULL, ct.SWA), eviction_policy="lru")
-        self.tree = a.unified.UnifiedRadixCache(params=params)
+            eviction_policy="lru", **extra)
+        self.compat = a.compat
+        self.tree = self.compat.make_tree(params)
         self.requests = Requests(cfg.shape())
         self.sreqs: dict[str, Any] = {}
         self.prefix = PrefixStamps()
@@ -288,14 +333,15 @@ class SglangInstance:
         the match, the lock on its last node, a row, the chunk's slots."""
         sreq = self.sreqs[req.rid]
         sreq.init_next_round_input(self.tree)
-        hit = int(sreq.prefix_len)
+        c = self.compat
+        hit = c.prefix_len(sreq)
         total = self._prefill_len(req)
         end = self._chunk_end(hit, budget, total)
         self.stats.hit(SCHEDULER_STEP)
         before = self.state.tree_sizes(self)
-        sreq.extend_end = end
-        sreq.lock = self.tree.lock(sreq.last_node)
-        prefix: Any = self.tree.prefix_device_indices(sreq) if hit else None
+        c.set_extend(sreq, hit, end)
+        c.lock(self.tree, sreq)
+        prefix: Any = c.prefix_indices(self.tree, sreq) if hit else None
         if hit:
             self.stats.hit("prefix_hit")
             if req.rid in self.retracted:
@@ -306,29 +352,28 @@ class SglangInstance:
                 self.stats.hit(RARE_LORA_HIT)
             self.state.check_hit(self, req, [int(x) for x in prefix.tolist()], hit)
         if self.r2t.available_size() < 1:
-            self.tree.unlock(sreq.lock)
-            sreq.lock = None
+            c.unlock(self.tree, sreq)
             self.stats.hit("admission_refused_no_row")
             return
         self.r2t.alloc([sreq])
-        idx = sreq.kv.req_pool_idx
+        kv = c.kv(sreq)
+        idx = kv.req_pool_idx
         if hit:
             self.r2t.write((idx, slice(0, hit)), prefix.to(self.api.torch.int32))
         got = self._alloc_extend(sreq, hit, end)
         if got is None:  # the pool is full even after eviction: not admitted
-            self.tree.unlock(sreq.lock)
-            sreq.lock = None
+            c.unlock(self.tree, sreq)
             self.r2t.free(sreq)
-            sreq.kv.req_pool_idx = None
-            sreq.kv.kv_allocated_len = sreq.kv.kv_committed_len = 0
-            sreq.prefix_len = 0
+            kv.req_pool_idx = None
+            kv.kv_allocated_len = kv.kv_committed_len = 0
+            c.set_prefix_len(sreq, 0)
             self.stats.hit("admission_refused")
             return
         self.state.note_evictions(self, before)
         if hit and self.state.evicted_now:
             self.stats.hit(RARE_HIT_FULL_POOL)
         req.running = True
-        sreq.kv.cache_protected_len = sreq.kv.cache_protected_len or 0
+        kv.cache_protected_len = kv.cache_protected_len or 0
         self._compute(req, hit, end)
         self._after_extend(req, end, total)
 
@@ -339,8 +384,8 @@ class SglangInstance:
         end = self._chunk_end(start, budget, self._prefill_len(req))
         self.stats.hit(SCHEDULER_STEP)
         before = self.state.tree_sizes(self)
-        sreq.prefix_len = start
-        sreq.extend_end = end
+        self.compat.set_prefix_len(sreq, start)
+        self.compat.set_extend(sreq, start, end)
         if self._alloc_extend(sreq, start, end) is None:
             self.stats.hit("out_of_memory")
             self._retract(req)
@@ -353,13 +398,13 @@ class SglangInstance:
         sreq = self.sreqs[req.rid]
         self.stats.hit("prefill_chunk")
         if end < total:  # a chunked request: what it computed goes into the tree
-            evicted = sreq.kv.get_evicted_seqlen(self.api.components.ComponentType.SWA)
-            self.api.common.checkpoint_kv_cache(sreq, self.tree)
+            evicted = self.compat.swa_evicted(sreq)
+            self.compat.checkpoint(self.tree, sreq)
             self.stats.hit(RARE_CHUNK_CHECKPOINT)
             if evicted:
                 self.stats.hit(RARE_TOMBSTONE_INSERT)
         else:
-            sreq.prefix_len = end
+            self.compat.set_prefix_len(sreq, end)
 
     def _fits(self, tokens: int) -> bool:
         """The scheduler's capacity check before it allocates (`PrefillAdder`'s budget,
@@ -375,7 +420,8 @@ class SglangInstance:
         """Slots for positions [start, end) of the request's row, written into it as
         `alloc_for_extend` does; None when the pool cannot hold them."""
         a, torch = self.api, self.api.torch
-        idx = sreq.kv.req_pool_idx
+        kv = self.compat.kv(sreq)
+        idx = kv.req_pool_idx
         n = end - start
         if not self._fits(_ceil(end, self.page) - _ceil(start, self.page) + self.page):
             return None
@@ -396,7 +442,7 @@ class SglangInstance:
         except RuntimeError:
             return None
         self.r2t.write((idx, slice(start, end)), loc.to(torch.int32))
-        sreq.kv.kv_allocated_len = sreq.kv.kv_committed_len = end
+        kv.kv_allocated_len = kv.kv_committed_len = end
         return loc
 
     def _decode(self, req: Request) -> None:
@@ -416,12 +462,12 @@ class SglangInstance:
         seqlen = len(req.tokens)
         before = self.state.tree_sizes(self)
         if sreq.decode_batch_idx >= 1:  # the scheduler's gate (the overlap schedule)
-            ct = a.components.ComponentType.SWA
-            was = sreq.kv.get_evicted_seqlen(ct)
-            self.tree.evict_sliding_windows(sreq, seqlen - 1)
-            if sreq.kv.get_evicted_seqlen(ct) > was:
+            was = self.compat.swa_evicted(sreq)
+            self.compat.evict_out_of_window(self.tree, self.r2t, self.alloc, sreq, seqlen - 1)
+            if self.compat.swa_evicted(sreq) > was:
                 self.stats.hit(RARE_SWA_OUT_OF_WINDOW)
-        idx = sreq.kv.req_pool_idx
+        kv = self.compat.kv(sreq)
+        idx = kv.req_pool_idx
         fits = self._fits(self.page if (seqlen - 1) % self.page == 0 else 0)
         try:
             if not fits:
@@ -445,9 +491,9 @@ class SglangInstance:
             return
         self.state.note_evictions(self, before)
         self.r2t.write((idx, slice(seqlen - 1, seqlen)), loc.to(torch.int32))
-        sreq.kv.kv_allocated_len = sreq.kv.kv_committed_len = seqlen
-        sreq.prefix_len = seqlen - 1
-        sreq.extend_end = seqlen
+        kv.kv_allocated_len = kv.kv_committed_len = seqlen
+        self.compat.set_prefix_len(sreq, seqlen - 1)
+        self.compat.set_extend(sreq, seqlen - 1, seqlen)
         sreq.decode_batch_idx += 1
         self.stats.hit("decode")
         self._compute(req, seqlen - 1, seqlen)
@@ -465,10 +511,7 @@ class SglangInstance:
         if not req.running:
             self.stats.hit("preempt_waiting")
             return
-        self.api.batch.release_req(
-            req=sreq, remaing_req_count=0, req_to_token_pool=self.r2t,
-            token_to_kv_pool_allocator=self.alloc, tree_cache=self.tree,
-            hisparse_coordinator=None, offload_kv=False)
+        self.compat.release_req(sreq, self.r2t, self.alloc, self.tree)
         req.running, req.computed = False, 0
         self.retracted.add(req.rid)
         self.stats.hit("retracted")
@@ -480,9 +523,8 @@ class SglangInstance:
         if not req.running:
             return
         sreq.finished_reason = self.api.batch.FINISH_LENGTH(length=len(sreq.output_ids))
-        ct = self.api.components.ComponentType.SWA
-        evicted = sreq.kv.get_evicted_seqlen(ct)
-        self.api.common.release_kv_cache(sreq, self.tree, checkpoint=True)
+        evicted = self.compat.swa_evicted(sreq)
+        self.compat.release(self.tree, sreq)
         if evicted:
             self.stats.hit(RARE_TOMBSTONE_INSERT)
 

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from kvpocket.verify.targets.base import CheckFailure, StepStats
 from kvpocket.verify.targets.data_oracle import NEVER_WRITTEN
+from kvpocket.verify.targets.sglang_compat import Compat
 from kvpocket.verify.targets.workload import Request
 
 
@@ -32,6 +33,7 @@ class SglangInstance(Protocol):
     so that the checks do not import the driver that imports them."""
 
     api: Any
+    compat: Compat
     alloc: Any
     tree: Any
     r2t: Any
@@ -80,7 +82,7 @@ class PoolState:
 
     @staticmethod
     def _row(inst: SglangInstance, req: Request, lo: int, hi: int) -> npt.NDArray[np.int64]:
-        idx = inst.sreqs[req.rid].kv.req_pool_idx
+        idx = inst.compat.kv(inst.sreqs[req.rid]).req_pool_idx
         row: npt.NDArray[np.int64] = inst.r2t.req_to_token[idx, lo:hi].numpy().astype(np.int64)
         return row
 
@@ -190,16 +192,36 @@ def _describe(stamp: int) -> str:
     return "nothing ever written" if stamp == NEVER_WRITTEN else f"stamp {stamp}"
 
 
-def _nodes(inst: SglangInstance) -> Iterator[Any]:
-    stack = [inst.tree.tree_core.root_node]
+def _nodes(inst: SglangInstance) -> Iterator[tuple[str, Any, Any, bool]]:
+    """Every tree node but the root: its name, its full value (None: evicted from the
+    device) and SWA value (None: tombstoned), and whether it is a leaf. SWARadixCache
+    keeps one value and a tombstone flag (its SWA value is the full value's SWA peers);
+    the unified tree keeps a value per component."""
+    tree = inst.tree
+    unified = hasattr(tree, "tree_core")
+    stack = [tree.tree_core.root_node if unified else tree.root_node]
+    mapping = inst.alloc.full_to_swa_index_mapping
     while stack:
         node = stack.pop()
-        yield node
         stack.extend(node.children.values())
+        if node.parent is None:
+            continue
+        if unified:
+            ct = inst.api.components.ComponentType
+            full, swa = node.component(ct.FULL).value, node.component(ct.SWA).value
+        else:
+            full = node.value
+            swa = None if node.swa_tombstone or full is None else mapping[full]
+        yield f"tree node {node.id}", full, swa, not node.children
 
 
 def _free_slots(allocator: Any, page: int) -> set[int]:
-    pages = [int(p) for p in allocator.get_all_free_pages().tolist()]
+    if hasattr(allocator, "get_all_free_pages"):
+        pages = [int(p) for p in allocator.get_all_free_pages().tolist()]
+    else:  # releases before it: the free list and the pages freed since its last sort
+        pages = [int(p) for p in allocator.free_pages.tolist()]
+        if allocator.release_pages is not None:
+            pages += [int(p) for p in allocator.release_pages.tolist()]
     if page == 1:
         return set(pages)
     return {p * page + k for p in pages for k in range(page)}
@@ -217,11 +239,11 @@ def check_state(inst: SglangInstance) -> None:
 def _check_conservation(inst: SglangInstance) -> None:
     """SGLang's leak check (`_check_pool_invariant`), per pool."""
     t, a, page = inst.tree, inst.alloc, inst.page
-    obs = inst.api.stats
-    reqs = [s for _, s in inst.running()]
-    full_held = sum(int(obs.kv_private_tokens(s.kv, page)) for s in reqs)
-    swa_held = sum(int(obs.kv_private_swa_tokens(s.kv, page)) for s in reqs)
-    swa_held += int(t.swa_transient_size())
+    per_req = [inst.compat.held_tokens(s, page) for _, s in inst.running()]
+    full_held = sum(f for f, _ in per_req)
+    swa_held = sum(s for _, s in per_req)
+    if hasattr(t, "swa_transient_size"):
+        swa_held += int(t.swa_transient_size())
     for pool, avail, evictable, protected, held, size in (
             ("full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
              full_held, inst.full_size),
@@ -236,7 +258,6 @@ def _check_conservation(inst: SglangInstance) -> None:
 
 def _check_ownership(inst: SglangInstance) -> None:
     a, page = inst.alloc, inst.page
-    ct = inst.api.components.ComponentType
     mapping = a.full_to_swa_index_mapping
     full_owner: dict[int, str] = {}
     swa_owner: dict[int, str] = {}
@@ -249,11 +270,7 @@ def _check_ownership(inst: SglangInstance) -> None:
                                f"by {table[slot]}: a slot mapped twice")
         table[slot] = who
 
-    for node in _nodes(inst):
-        if node.parent is None:
-            continue
-        fv, sv = node.component(ct.FULL).value, node.component(ct.SWA).value
-        who = f"tree node {node.id}"
+    for who, fv, sv, leaf in _nodes(inst):
         if fv is None:
             continue  # evicted from the device
         full = [int(x) for x in fv.tolist()]
@@ -267,12 +284,12 @@ def _check_ownership(inst: SglangInstance) -> None:
                                    f"SWA peers of its full value {full} ({peers})")
             for slot in swa:
                 own(swa_owner, slot, who, "SWA")
-        elif not node.children:
+        elif leaf:
             # The unified tree keeps leaves whose SWA part was evicted (its SWA-only
             # eviction tombstones leaves); counted, not failed (docs/targets/sglang.md).
             inst.stats.hit("tombstone leaf seen")
     for req, sreq in inst.running():
-        kv = sreq.kv
+        kv = inst.compat.kv(sreq)
         row = [int(x) for x in inst.r2t.req_to_token[kv.req_pool_idx,
                                                         :kv.kv_allocated_len].tolist()]
         protected = kv.cache_protected_len
@@ -281,7 +298,7 @@ def _check_ownership(inst: SglangInstance) -> None:
                 raise CheckFailure("ownership", f"{req.rid}'s row maps position {pos} to "
                                    f"full slot {row[pos]} in its protected prefix "
                                    f"({protected} tokens), which no tree node holds")
-        swa_from = max(protected, kv.get_evicted_seqlen(ct.SWA))
+        swa_from = max(protected, inst.compat.swa_evicted(sreq))
         for pos in range(protected, len(row)):
             own(full_owner, row[pos], f"{req.rid} (position {pos})", "full")
             peer = int(mapping[row[pos]])
@@ -291,7 +308,7 @@ def _check_ownership(inst: SglangInstance) -> None:
                                        f"{row[pos]}) is past its SWA eviction point "
                                        f"{swa_from} but has no SWA slot mapped")
                 own(swa_owner, peer, f"{req.rid} (position {pos})", "SWA")
-            elif peer != 0 and not (kv.swa_dead_lo(page) > pos):
+            elif peer != 0 and not (inst.compat.swa_dead_lo(sreq, page) > pos):
                 raise CheckFailure("ownership", f"{req.rid} position {pos} was freed out of "
                                    f"the window but its full slot {row[pos]} still maps "
                                    f"SWA slot {peer}")

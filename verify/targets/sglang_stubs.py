@@ -9,6 +9,10 @@ and the registry builds do not load against the CPU torch. `install()` puts a fi
 attributes are placeholders. transformers caches whether torchvision is available the
 first time it asks, so `install` makes it ask first, while the name is still absent;
 otherwise its image utilities would find the stub and fail on its version.
+
+Older releases (around 0.5.14 to 0.5.19) register model configs with transformers under
+names the pinned transformers has since taken itself (`qwen3_asr`); `install` makes that
+registration keep transformers' own entry instead of raising, as `exist_ok=True` does.
 """
 
 from __future__ import annotations
@@ -69,10 +73,31 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+def _tolerate_registered_configs() -> None:
+    """A config name registered twice keeps its first entry (older SGLang releases)."""
+    try:
+        auto: Any = importlib.import_module("transformers.models.auto.configuration_auto")
+    except ImportError:
+        return
+    mapping = auto._LazyConfigMapping
+    if getattr(mapping.register, "_kvpocket_tolerant", False):
+        return
+    original = mapping.register
+
+    def register(self: Any, key: str, value: Any, exist_ok: bool = False) -> None:
+        if key in self._mapping:
+            return  # transformers has its own config of that name: keep it
+        original(self, key, value, exist_ok=exist_ok)
+
+    register._kvpocket_tolerant = True  # type: ignore[attr-defined]
+    mapping.register = register
+
+
 def install() -> None:
     """Stub the names in `STUBBED` that are not really installed (idempotent)."""
     if any(isinstance(f, _StubFinder) for f in sys.meta_path):
         return
+    _tolerate_registered_configs()
     missing = [n for n in STUBBED if importlib.util.find_spec(n) is None]
     if not missing:
         return

@@ -1,0 +1,256 @@
+"""The SGLang target's adapter between releases: one driver, the API a release speaks.
+
+SGLang's scheduler-side API moved between releases; the target detects what the loaded
+release has (an attribute, a module, a parameter name) rather than reading its version:
+
+- the tree: `SWARadixCache` (`mem_cache/swa_radix_cache.py`, up to 0.5.20, the tree a
+  hybrid model gets there) or `UnifiedRadixCache` with FULL and SWA components (the only
+  hybrid tree from 0.5.21); `KVPOCKET_SGLANG_TREE=unified` picks the unified tree where
+  both ship;
+- a request's KV bookkeeping: on `Req.kv` (a `ReqKvInfo`, from 0.5.19) or on the `Req`;
+- the admission lock: `tree.lock(node)` kept in `req.lock`, or `inc_lock_ref` through the
+  scheduler's own `PrefillAdder._req_inc_lock_ref` (a receipt in `req.lock_receipt`, or
+  the SWA uuid in `req.swa_uuid_for_lock`);
+- the matched prefix: `tree.prefix_device_indices(req)` or `req.prefix_indices`;
+- the chunk's range: `req.extend_end`, `req.set_extend_range(start, end)` or
+  `req.fill_len`;
+- the out-of-window SWA free: `tree.evict_sliding_windows` or the scheduler's own
+  `ScheduleBatch._evict_swa`, inside the allocator's free group where it has one;
+- the chunk checkpoint: `common.checkpoint_kv_cache` or `tree.cache_unfinished_req`;
+- `release_kv_cache(checkpoint=...)` or `(is_insert=...)`; `release_req`'s keywords.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+import types
+from collections.abc import Iterator
+from typing import Any
+
+TREE_ENV = "KVPOCKET_SGLANG_TREE"  # "unified": the unified tree where SWARadixCache ships
+
+
+def _optional(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+class Compat:
+    """What the loaded SGLang release offers, detected once (`api().compat`)."""
+
+    def __init__(self, batch: Any, common: Any, unified: Any = None, *,
+                 swa_tree: Any = None, policy: Any = None, base: Any = None,
+                 stats: Any = None) -> None:
+        """The modules of the loaded release (`load` imports them); `batch` is
+        `managers.schedule_batch`, `common` is `mem_cache.common`, `unified` the unified
+        tree's module or None, `stats` the pool-stats observer or None."""
+        self.batch, self.common, self.unified = batch, common, unified
+        self.swa_tree, self.policy, self.base = swa_tree, policy, base
+        # SGLang's own count of what a request holds, where the release has it
+        self.stats: Any = stats if hasattr(stats, "kv_private_swa_tokens") else None
+        release = inspect.signature(common.release_kv_cache).parameters
+        self.release_keyword = "checkpoint" if "checkpoint" in release else "is_insert"
+        self.release_req_keywords = set(inspect.signature(batch.release_req).parameters)
+
+    @staticmethod
+    def server_args() -> Any:
+        """The scheduler's server args (releases whose `release_req` takes them)."""
+        return importlib.import_module("sglang.srt.server_args").get_global_server_args()
+
+    @classmethod
+    def load(cls, batch: Any, common: Any, unified: Any) -> Compat:
+        return cls(batch, common, unified,
+                   swa_tree=_optional("sglang.srt.mem_cache.swa_radix_cache"),
+                   policy=_optional("sglang.srt.managers.schedule_policy"),
+                   base=importlib.import_module("sglang.srt.mem_cache.base_prefix_cache"),
+                   stats=_optional(
+                       "sglang.srt.managers.scheduler_components.pool_stats_observer"))
+
+    # -- the tree ---------------------------------------------------------------------
+
+    def tree_kind(self) -> str:
+        """"swa" (SWARadixCache) or "unified" (UnifiedRadixCache)."""
+        if self.swa_tree is not None and (self.unified is None
+                                          or os.environ.get(TREE_ENV, "") != "unified"):
+            return "swa"
+        return "unified"
+
+    def make_tree(self, params: Any) -> Any:
+        if self.tree_kind() == "swa":
+            return self.swa_tree.SWARadixCache(params=params)
+        return self.unified.UnifiedRadixCache(params=params)
+
+    # -- a request's KV bookkeeping ---------------------------------------------------
+
+    def kv(self, sreq: Any) -> Any:
+        """Where a request's row, lengths and SWA cursor live: `Req.kv` (0.5.19 on),
+        the `Req` itself (before 0.5.18), or, in 0.5.18, split between the `Req` and a
+        `ReqKvInfo` of two fields that the allocation creates (`_SplitKv`)."""
+        if not hasattr(sreq, "kv"):
+            return sreq
+        info = getattr(self.batch, "ReqKvInfo", None)
+        if info is not None and "req_pool_idx" not in getattr(info, "__annotations__", {}):
+            return _SplitKv(sreq, info)
+        return sreq.kv
+
+    def swa_evicted(self, sreq: Any) -> int:
+        kv = self.kv(sreq)
+        if hasattr(kv, "get_evicted_seqlen"):
+            return int(kv.get_evicted_seqlen(self.unified_swa_component()))
+        return int(kv.swa_evicted_seqlen)
+
+    def swa_dead_lo(self, sreq: Any, page: int) -> int:
+        """The lowest position the request itself frees out of the window (below it,
+        the tree's prefix)."""
+        kv = self.kv(sreq)
+        if hasattr(kv, "swa_dead_lo"):
+            return int(kv.swa_dead_lo(page))
+        return int(kv.cache_protected_len or 0)
+
+    def unified_swa_component(self) -> Any:
+        return importlib.import_module(
+            "sglang.srt.mem_cache.unified_cache.components").ComponentType.SWA
+
+    def held_tokens(self, sreq: Any, page: int) -> tuple[int, int]:
+        """Full and SWA slots the request holds itself (not the tree's): its allocated
+        pages past its protected prefix, less the SWA it freed out of the window
+        (SGLang's `kv_private_tokens` / `kv_private_swa_tokens` where it has them)."""
+        kv = self.kv(sreq)
+        if self.stats is not None:
+            return (int(self.stats.kv_private_tokens(kv, page)),
+                    int(self.stats.kv_private_swa_tokens(kv, page)))
+        allocated = (int(kv.kv_allocated_len) + page - 1) // page * page
+        protected = int(kv.cache_protected_len or 0)
+        freed = max(0, self.swa_evicted(sreq) - self.swa_dead_lo(sreq, page))
+        return allocated - protected, allocated - protected - freed
+
+    # -- admission ------------------------------------------------------------------
+
+    def lock(self, tree: Any, sreq: Any) -> None:
+        if hasattr(tree, "lock") and hasattr(sreq, "lock"):
+            sreq.lock = tree.lock(sreq.last_node)
+            return
+        adder = types.SimpleNamespace(tree_cache=tree, is_hybrid_swa=True)
+        self.policy.PrefillAdder._req_inc_lock_ref(adder, sreq)
+
+    def unlock(self, tree: Any, sreq: Any) -> None:
+        if hasattr(tree, "unlock") and hasattr(sreq, "lock"):
+            tree.unlock(sreq.lock)
+            sreq.lock = None
+            return
+        if getattr(sreq, "lock_receipt", None) is not None:
+            tree.dec_lock_ref(sreq.last_node, sreq.lock_receipt)
+            sreq.lock_receipt = None
+        else:
+            params = self.base.DecLockRefParams(
+                swa_uuid_for_lock=getattr(sreq, "swa_uuid_for_lock", None))
+            tree.dec_lock_ref(sreq.last_node, params)
+
+    def prefix_len(self, sreq: Any) -> int:
+        if hasattr(sreq, "prefix_len"):
+            return int(sreq.prefix_len)
+        return len(sreq.prefix_indices)
+
+    def set_prefix_len(self, sreq: Any, n: int) -> None:
+        if hasattr(sreq, "prefix_len"):
+            sreq.prefix_len = n
+
+    def prefix_indices(self, tree: Any, sreq: Any) -> Any:
+        if hasattr(tree, "prefix_device_indices"):
+            return tree.prefix_device_indices(sreq)
+        return sreq.prefix_indices[:self.prefix_len(sreq)]
+
+    @staticmethod
+    def set_extend(sreq: Any, start: int, end: int) -> None:
+        """Where the step's tokens end (`get_fill_ids` reads it): `extend_end`
+        (0.5.21 on), `set_extend_range` (0.5.17 to 0.5.20) or `fill_len` (before)."""
+        if hasattr(sreq, "set_extend_range"):
+            sreq.set_extend_range(start, end)
+        elif hasattr(sreq, "extend_end"):
+            sreq.extend_end = end
+        else:
+            sreq.fill_len = end
+
+    # -- the scheduler's frees and inserts --------------------------------------------
+
+    @contextlib.contextmanager
+    def free_group(self, alloc: Any) -> Iterator[None]:
+        """The scheduler's `free_group_begin` / `free_group_end` around a batch's
+        out-of-window frees, where the allocator has them."""
+        if not hasattr(alloc, "free_group_begin"):
+            yield
+            return
+        alloc.free_group_begin()
+        try:
+            yield
+        finally:
+            alloc.free_group_end()
+
+    def evict_out_of_window(self, tree: Any, r2t: Any, alloc: Any, sreq: Any,
+                            pre_len: int) -> None:
+        with self.free_group(alloc):
+            if hasattr(tree, "evict_sliding_windows"):
+                tree.evict_sliding_windows(sreq, pre_len)
+            else:
+                batch = types.SimpleNamespace(tree_cache=tree, req_to_token_pool=r2t,
+                                              token_to_kv_pool_allocator=alloc)
+                self.batch.ScheduleBatch._evict_swa(batch, sreq, pre_len)
+
+    # The scheduler's result processing checkpoints and finishes a batch's requests
+    # inside one free group; the target's batch is one request.
+
+    def checkpoint(self, tree: Any, sreq: Any) -> None:
+        with self.free_group(tree.token_to_kv_pool_allocator):
+            if hasattr(self.common, "checkpoint_kv_cache"):
+                self.common.checkpoint_kv_cache(sreq, tree)
+            else:
+                tree.cache_unfinished_req(sreq, chunked=True)
+
+    def release(self, tree: Any, sreq: Any) -> None:
+        with self.free_group(tree.token_to_kv_pool_allocator):
+            self.common.release_kv_cache(sreq, tree, **{self.release_keyword: True})
+
+    def release_req(self, sreq: Any, r2t: Any, alloc: Any, tree: Any) -> None:
+        kwargs: dict[str, Any] = dict(
+            req=sreq, remaing_req_count=0, req_to_token_pool=r2t,
+            token_to_kv_pool_allocator=alloc, tree_cache=tree, hisparse_coordinator=None,
+            offload_kv=False)
+        if "server_args" in self.release_req_keywords:
+            kwargs["server_args"] = self.server_args()
+        self.batch.release_req(**{k: v for k, v in kwargs.items()
+                                  if k in self.release_req_keywords})
+
+
+class _SplitKv:
+    """0.5.18's request bookkeeping as one object: `kv_allocated_len` and
+    `swa_evicted_seqlen` on `req.kv` (a `ReqKvInfo`, made on the first allocation as
+    SGLang's `alloc_for_extend` makes it), everything else on the `Req`."""
+
+    _ON_INFO = ("kv_allocated_len", "swa_evicted_seqlen")
+
+    def __init__(self, req: Any, info: Any) -> None:
+        object.__setattr__(self, "_req", req)
+        object.__setattr__(self, "_info", info)
+
+    def __getattr__(self, name: str) -> Any:
+        req = object.__getattribute__(self, "_req")
+        if name in _SplitKv._ON_INFO:
+            return 0 if req.kv is None else getattr(req.kv, name)
+        return getattr(req, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        req = object.__getattribute__(self, "_req")
+        if name in _SplitKv._ON_INFO:
+            if req.kv is None:
+                if not value:
+                    return
+                req.kv = object.__getattribute__(self, "_info")(
+                    kv_allocated_len=0, swa_evicted_seqlen=0)
+            setattr(req.kv, name, value)
+        else:
+            setattr(req, name, value)
