@@ -166,25 +166,25 @@ class _Trying:
     """A chooser for an event without recorded choices: follows `prefix` (an index into the
     options of each choice, in order), then the first option; `siblings` are the prefixes
     of every other sequence from there (depth first). Victim and pocket options are every
-    legal candidate. Slots are taken as `rename` says, or (the search behind it) tried
+    legal candidate. Slots are taken as `guided` says, or (the search behind it) tried
     among the free slots the event's observed page index shows, then the lowest other
     one: a slot no observation names is interchangeable with any other free one up to
     renaming."""
 
-    def __init__(self, prefix: list[int], seen_slots: set[int], rename: bool = False,
+    def __init__(self, prefix: list[int], seen_slots: set[int], guided: bool = False,
                  wanted: list[int] | None = None) -> None:
-        """`rename`: slots add no runs: the i-th slot taken is `wanted[i]` where that is
+        """`guided`: slots add no runs: the i-th slot taken is `wanted[i]` where that is
         free, else the first free one (`observed_slots.py` reads `wanted` off the log)."""
         self.prefix = prefix
         self.seen_slots = seen_slots
-        self.rename = rename
+        self.guided = guided
         self.wanted = wanted or []
         self.slots_taken = 0
         self.widths: list[int] = []
 
     def choose(self, kind: str, candidates: Sequence[int], labels: Sequence[object]) -> int:
         options = candidates
-        if kind == "slot" and self.rename:
+        if kind == "slot" and self.guided:
             i, self.slots_taken = self.slots_taken, self.slots_taken + 1
             if i < len(self.wanted):
                 want = self.wanted[i]
@@ -405,7 +405,7 @@ class EventChecker:
         self._note(ev, best.touched if best.value is not False else [], best.value)
 
     def _runs(self, ev: Event, action: str, params: dict[str, Any], pres: list[State],
-              seen: set[int], rename: bool) -> tuple[list[_Fit], _Failure | None, int]:
+              seen: set[int], guided: bool) -> tuple[list[_Fit], _Failure | None, int]:
         """Every run of the event from each of `pres` under the choices the log leaves
         open: the ones that fit, the first failure, how many runs were made."""
         m = self.model
@@ -425,7 +425,7 @@ class EventChecker:
                         "the event's \"choices\" (docs/adapter-guide.md), or check with "
                         "--order lru if the manager evicts in LRU order")
                 prefix = prefixes.pop()
-                chooser: Chooser = _Trying(prefix, seen, rename) if open_choices \
+                chooser: Chooser = _Trying(prefix, seen, guided) if open_choices \
                     else self._recorded(ev)
                 m.state = pre
                 try:
@@ -469,7 +469,7 @@ class EventChecker:
         value: object = result.value if result.error is None \
             else {"error": result.error.category}
         post, steps = m.state, m.last_steps
-        if isinstance(chooser, _Trying) and chooser.rename and not chooser.wanted:
+        if isinstance(chooser, _Trying) and chooser.guided and not chooser.wanted:
             guided = self._guided(ev, chooser, pre, post, steps)
             if guided is not None:
                 m.state = pre
@@ -526,7 +526,7 @@ class EventChecker:
         want = wanted_slots(self.model.layout, pre, post, steps, q, rows)
         if want == took:
             return None
-        return _Trying(run.prefix, run.seen_slots, rename=True, wanted=want)
+        return _Trying(run.prefix, run.seen_slots, guided=True, wanted=want)
 
     def _unusable_victim(self, ev: Event, chooser: Chooser, pre: State) -> None:
         """The model ran out where the log evicted a victim it lists: no page there was a
