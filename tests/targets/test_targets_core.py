@@ -203,3 +203,50 @@ def test_an_engine_assertion_while_finishing_is_a_found_engine_failure() -> None
     with pytest.raises(CheckFailure, match=r"AssertionError.*at the end of the run") as exc:
         run_ops(StandIn(), cfg, [Op("arrive", (0, 1, 1, 0))])
     assert exc.value.check == "engine"
+
+
+ENGINE_CASES = sorted((Path(__file__).parent / "engine_cases").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", ENGINE_CASES, ids=[p.stem for p in ENGINE_CASES])
+def test_each_recorded_engine_bug_is_a_reproducer_of_a_preset_that_exists(path: Path) -> None:
+    """The shrunk traces the history scripts replay (scripts/*_history.sh): each names
+    its target, one of its presets as it stands, the release it failed on, the failure,
+    and the vLLM or SGLang tracker entry in its file name."""
+    from kvpocket.verify.targets.registry import load_target
+
+    target, cfg, ops, data = read_reproducer(path)
+    assert path.stem.startswith(f"{target}-") and path.stem.split("-")[1].isdigit()
+    assert load_target(target).presets()[cfg.name] == cfg
+    assert ops and data["check"] and data["version"]
+    assert data["message"].startswith(f"{data['check']}:")
+
+
+def test_a_router_s_view_without_group_ids_keys_by_hash_alone() -> None:
+    """Releases whose KV events carry no group index: the view and the engine's blocks
+    are compared per hash, every group's copies together."""
+    from collections import Counter
+
+    from kvpocket.verify.targets import vllm_events
+
+    class BlockStored:  # an event of such a release: no group_idx
+        def __init__(self, hashes: list[int]) -> None:
+            self.block_hashes = hashes
+
+    view = vllm_events.ConsumerView()
+    view.apply([BlockStored([7, 7, 9])])
+    assert not view.grouped and view.blocks == Counter({(0, 7): 2, (0, 9): 1})
+
+    class Pool:
+        def __init__(self, keys: list[tuple[int, int]]) -> None:
+            self.keys = keys
+
+        def cached_entries(self) -> list[tuple[tuple[int, int], None]]:
+            return [(k, None) for k in self.keys]
+
+        def split_key(self, key: tuple[int, int]) -> tuple[int, int]:
+            return key
+
+    vllm_events.check_kv_events(view, Pool([(7, 0), (7, 1), (9, 1)]), object())
+    with pytest.raises(vllm_events.CheckFailure, match="never announced"):
+        vllm_events.check_kv_events(view, Pool([(7, 0), (7, 1), (9, 1), (8, 0)]), object())

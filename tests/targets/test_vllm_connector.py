@@ -18,6 +18,7 @@ from kvpocket.verify.targets.vllm import (
     OPT_RETENTION,
     PRESETS,
     RARE_ASYNC_LOAD,
+    RARE_CROSS_GROUP_REACH,
     RARE_LOAD_AFTER_FINISH,
     RARE_LOAD_AFTER_PREEMPT,
     RARE_LOAD_HIT,
@@ -104,7 +105,8 @@ def _planted() -> dict[str, Callable[[Any], None]]:
     import vllm_planted
 
     return {"announce": vllm_planted.announce_skipped_blocks,
-            "cache-early": vllm_planted.cache_before_the_load}
+            "cache-early": vllm_planted.cache_before_the_load,
+            "one-phase": vllm_planted.one_phase_external_allocation}
 
 
 # The second campaign takes 12 minutes of a loaded machine (found under 2,000 examples,
@@ -113,18 +115,20 @@ def _planted() -> dict[str, Callable[[Any], None]]:
 @pytest.mark.quality
 @pytest.mark.parametrize(("bug", "checks"), [
     ("announce", {"KV events"}),
+    ("one-phase", {"data"}),
     pytest.param("cache-early", {"pool", "data"}, marks=pytest.mark.deep)])
 def test_a_bug_planted_in_a_copy_of_vllm_is_found_by_the_default_budget(
         bug: str, checks: set[str]) -> None:
     """The default preset, budget and seed (the pinned release's known bug steered clear
-    of): a BlockStored for blocks the pool skips (KV event emission), and the blocks of an
-    asynchronous load cached before it lands (allocation with external tokens)."""
+    of): a BlockStored for blocks the pool skips (KV event emission), one group's external
+    blocks allocated before the next group's hit is touched (vLLM's #44409 undone), and
+    the blocks of an asynchronous load cached before it lands."""
     cfg = PRESETS[DEFAULT_CONFIG]
     report = run_campaign(target(on_build=_planted()[bug], avoid_known=True), cfg,
                           examples=DEFAULT_EXAMPLES)
     f = report.failure
     assert f is not None and f.check in checks, (report.examples, f)
-    assert len(f.ops) <= 8, [str(op) for op in f.ops]
+    assert len(f.ops) <= 16, [str(op) for op in f.ops]
     run_ops(target(avoid_known=True), cfg, f.ops)  # vLLM as installed passes the same ops
 
 
@@ -137,6 +141,26 @@ def test_blocks_cached_before_their_load_lands_are_found_at_once() -> None:
     with pytest.raises(CheckFailure, match=r"pool: block \d+ is cached"):
         run_ops(target(on_build=vllm_planted.cache_before_the_load, avoid_known=True),
                 PRESETS[DEFAULT_CONFIG], ops)
+
+
+# vLLM's #44409 undone: the hybrid preset's pool filled by a running request and two
+# finished ones, so that the free queue's head holds group 1's hit block when group 0
+# allocates the load's external block; a one-phase allocation hands it to both groups.
+ONE_PHASE = [Op("arrive", (0, 5, 0)), Op("schedule", (0, 8, 1)), Op("arrive", (1, 0, 3)),
+             Op("schedule", (1, 8, 1)), Op("finish", (0,)), Op("arrive", (2, 0, 1)),
+             Op("schedule", (1, 8, 1)), Op("finish", (0,)), Op("arrive", (2, 1, 0)),
+             Op("schedule", (1, 8, 1)), Op("arrive", (0, 5, 1)), Op("load", (0, 1, 0))]
+
+
+def test_a_load_reaching_another_group_s_hit_is_counted_and_a_one_phase_copy_fails() -> None:
+    import vllm_planted
+
+    reached = run_ops(target(avoid_known=True), PRESETS["hybrid"], ONE_PHASE)
+    assert reached[RARE_CROSS_GROUP_REACH] == 1
+    with pytest.raises(CheckFailure, match=r"data: r\d+ group 1: attention") as failed:
+        run_ops(target(on_build=vllm_planted.one_phase_external_allocation, avoid_known=True),
+                PRESETS["hybrid"], ONE_PHASE)
+    assert failed.value.check == "data"
 
 
 # Identity (issue 37): the same prompt under two adapters of one name (different weights),

@@ -236,6 +236,9 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
                    "docs/targets/vllm.md); --config then names one of its presets")
     p.add_argument("--replay", metavar="FILE",
                    help="with --target: replay a reproducer a target campaign wrote")
+    p.add_argument("--avoid-known", action="store_true",
+                   help="with --target: steer clear of the engine's known bugs (as CI's "
+                   "campaigns do), so that a run goes on past them to what else it finds")
 
 
 def _list_configs(target_name: str | None) -> None:
@@ -294,6 +297,9 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         if args.target is None:
             raise CliError("argument --replay: needs --target (the engine the reproducer is for)")
         return run_target_fuzz(args, CliError)
+    if args.avoid_known:
+        raise CliError("argument --avoid-known: needs --target (the engine whose known bugs "
+                       "a campaign steers clear of)")
     if args.backend not in ("numpy", "cupy"):
         raise CliError(f"argument --backend: expected numpy or cupy, got {args.backend!r}")
     profile = args.profile or ("gpu" if args.backend == "cupy" else "dev")

@@ -52,7 +52,8 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
     for flag, attr, default in LOCKSTEP_ONLY:
         if getattr(args, attr, default) != default:
             raise error(f"argument {flag}: not used with --target (the target campaign takes "
-                        "--config, --examples, --steps, --seed, --out, --json, --replay)")
+                        "--config, --examples, --steps, --seed, --out, --json, --replay, "
+                        "--avoid-known)")
     check_int("--examples", args.examples, 1, MAX_EXAMPLES)
     check_int("--steps", args.steps, 1, MAX_STEPS)
     check_int("--seed", args.seed, 0, MAX_SEED)
@@ -68,6 +69,9 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
             raise error(f"argument --replay: {args.replay} is a reproducer for target "
                         f"{replay[0]!r}, not {args.target!r}")
     target = load_target(args.target)
+    if getattr(args, "avoid_known", False):
+        # `without_known_bugs` is None where the target lists none: nothing to avoid.
+        target = getattr(target, "without_known_bugs", lambda: None)() or target
     try:
         version = target.version()
     except TargetUnavailable as exc:

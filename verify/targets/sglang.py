@@ -280,6 +280,8 @@ class SglangInstance:
                     self._schedule(req, op.args[1] if len(op.args) > 1 else 1)
         elif op.kind == "reset":
             self._reset(bool(op.args and op.args[0] % 2))
+        elif op.kind == "fill":
+            self._fill(op.args[0] if op.args else 0)
         elif op.kind == "load":
             # No KV connector here: a load admits the waiting request it names.
             waiting = [r for r in self.requests.live if not r.running]
@@ -304,6 +306,23 @@ class SglangInstance:
             else:
                 self._finish(picked)
         self.check()
+
+    def _fill(self, over: int) -> None:
+        """`fill(over)`: a fresh request, prefilled whole at once, sized to the free slots
+        (the fewer of the two pools', page-floored; `over` pages past them evicts the
+        tree's oldest evictable pages): what is left free is then the tree's evictable
+        pages, as in a warm server."""
+        free = min(int(self.alloc.full_available_size()), int(self.alloc.swa_available_size()))
+        n = min(self.cfg.max_model_len - 1, (free // self.page + over) * self.page)
+        if n <= 0:
+            self.stats.hit("fill_nothing")
+            return
+        req = self.requests.filler(n)
+        self.sreqs[req.rid] = self._new_req(req)
+        self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [], 0)
+        self._schedule(req, n)
+        if req.running:
+            self.stats.hit("filled")
 
     def _schedule(self, req: Request, budget: int) -> None:
         if not req.running:
@@ -395,16 +414,23 @@ class SglangInstance:
         self._after_extend(req, end, self._prefill_len(req))
 
     def _after_extend(self, req: Request, end: int, total: int) -> None:
+        """What the computed chunk puts into the tree, as the scheduler does: a middle
+        chunk is stashed (`stash_chunked_request`), and the last one too, since the
+        result processor checkpoints every unfinished request after a prefill batch
+        (`checkpoint_kv_cache`, `maybe_cache_unfinished_req` before 0.5.21). Skipping
+        the last one left a branch point pending that 0.5.22's finished insert tripped
+        over: docs/targets/sglang.md, "Older releases"."""
         sreq = self.sreqs[req.rid]
         self.stats.hit("prefill_chunk")
-        if end < total:  # a chunked request: what it computed goes into the tree
-            evicted = self.compat.swa_evicted(sreq)
-            self.compat.checkpoint(self.tree, sreq)
+        evicted = self.compat.swa_evicted(sreq)
+        self.compat.checkpoint(self.tree, sreq, chunked=end < total)
+        if end < total:
             self.stats.hit(RARE_CHUNK_CHECKPOINT)
-            if evicted:
-                self.stats.hit(RARE_TOMBSTONE_INSERT)
         else:
             self.compat.set_prefix_len(sreq, end)
+            self.stats.hit("prefill_end_checkpoint")
+        if evicted:
+            self.stats.hit(RARE_TOMBSTONE_INSERT)
 
     def _fits(self, tokens: int) -> bool:
         """The scheduler's capacity check before it allocates (`PrefillAdder`'s budget,

@@ -204,12 +204,16 @@ class Compat:
     # The scheduler's result processing checkpoints and finishes a batch's requests
     # inside one free group; the target's batch is one request.
 
-    def checkpoint(self, tree: Any, sreq: Any) -> None:
+    def checkpoint(self, tree: Any, sreq: Any, chunked: bool = True) -> None:
+        """Publish a running request's computed tokens: `chunked`, a middle chunk of its
+        prefill (the scheduler's stash), else its prefill's end (the result processor's)."""
         with self.free_group(tree.token_to_kv_pool_allocator):
             if hasattr(self.common, "checkpoint_kv_cache"):
                 self.common.checkpoint_kv_cache(sreq, tree)
-            else:
+            elif chunked:
                 tree.cache_unfinished_req(sreq, chunked=True)
+            else:
+                tree.cache_unfinished_req(sreq)
 
     def release(self, tree: Any, sreq: Any) -> None:
         with self.free_group(tree.token_to_kv_pool_allocator):

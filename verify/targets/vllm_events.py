@@ -31,6 +31,9 @@ class ConsumerView:
         self.ever_removed: set[Key] = set()  # evicted at some point (for rare states)
         self.removed_now = 0  # BlockRemoved hashes of the last `apply`
         self.stored_now = 0
+        # Releases before group-tagged events (`group_idx`, about 0.20) announce a hash
+        # without its group: a router then keys by hash alone, and so does the check.
+        self.grouped = True
 
     def apply(self, events: Iterable[Any]) -> None:
         self.removed_now = self.stored_now = 0
@@ -39,7 +42,9 @@ class ConsumerView:
             if kind == "AllBlocksCleared":
                 self.blocks.clear()
                 continue
-            group = int(ev.group_idx or 0)
+            if not hasattr(ev, "group_idx"):
+                self.grouped = False
+            group = int(getattr(ev, "group_idx", 0) or 0)
             if kind == "BlockStored":
                 for h in ev.block_hashes:
                     self.blocks[(group, h)] += 1
@@ -61,7 +66,7 @@ class ConsumerView:
 def engine_blocks(pool: Any, utils: Any) -> Counter[Key]:
     """The engine's cached blocks, each copy counted, keyed as its events key them."""
     out: Counter[Key] = Counter()
-    convert = getattr(utils, "maybe_convert_block_hash", lambda h: h)
+    convert = getattr(utils, "maybe_convert_block_hash", _event_hash)
     for key, _ in pool.cached_entries():
         h, group = pool.split_key(key)
         out[(group, convert(h))] += 1
@@ -70,6 +75,8 @@ def engine_blocks(pool: Any, utils: Any) -> Counter[Key]:
 
 def check_kv_events(view: ConsumerView, pool: Any, utils: Any) -> None:
     engine = engine_blocks(pool, utils)
+    if not view.grouped:
+        engine = _by_hash(engine)
     if engine == view.blocks:
         return
     missing = engine - view.blocks
@@ -92,3 +99,19 @@ def _short(h: Any) -> str:
 def _keys(c: Counter[Key]) -> str:
     return ", ".join(f"group {g} hash {_short(h)} x{n}" for (g, h), n in sorted(
         c.items(), key=lambda kv: (kv[0][0], _short(kv[0][1])))[:4])
+
+
+def _by_hash(blocks: Counter[Key]) -> Counter[Key]:
+    """Copies counted per hash, every group's together (as group 0)."""
+    out: Counter[Key] = Counter()
+    for (_, h), n in blocks.items():
+        out[(0, h)] += n
+    return out
+
+
+def _event_hash(h: Any) -> Any:
+    """A block hash as the events of a release without `maybe_convert_block_hash` carry
+    it: a `BlockHash` tuple's integer value (about 0.9 to 0.10), else the hash itself."""
+    if hasattr(h, "get_hash_value"):
+        return h.get_hash_value()
+    return getattr(h, "hash_value", h)

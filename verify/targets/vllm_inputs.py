@@ -15,6 +15,7 @@ vLLM is reached only through the `api` object the target hands in (imported lazi
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kvpocket.verify.targets.base import StepStats, TargetUnavailable
@@ -24,6 +25,10 @@ from kvpocket.verify.targets.workload import Inputs, Request
 RARE_IMAGE_HIT = "prefix hit on a block holding an image"
 RARE_EMBEDS_HIT = "prefix hit on prompt embeddings"
 RARE_INPUT_STATES = (RARE_IMAGE_HIT, RARE_EMBEDS_HIT)
+
+# Counted once per arrival whose images, embeddings or cache salt the release cannot
+# carry (`carried_inputs`, `Request`'s parameters): it goes in without them.
+INPUTS_NOT_CARRIED = "inputs_not_carried_by_this_release"
 
 # Counted (not rare states): the paths the hashing takes for these inputs.
 IMAGE_BLOCK_BY_DECODE = "image_block_completed_by_decode"
@@ -57,6 +62,18 @@ def embedding_rows(api: Any, tokens: list[int], inputs: Inputs) -> Any:
         rows[p, 0] = float(inputs.embeds.table)
         rows[p, 1] = float(tokens[p])
     return rows
+
+
+def carried_inputs(inputs: Inputs, images: bool, embeds: bool) -> Inputs:
+    """The part of `inputs` a release's `Request` can carry: without images (before
+    about 0.10.2), an image's placeholder tokens are plain text; without prompt
+    embeddings, the embedded positions are their token ids. The data oracle then keys
+    the prompt by what was sent, so a release is never blamed for inputs it never got."""
+    kept_images = inputs.images if images else ()
+    kept_embeds = inputs.embeds if embeds else None
+    if kept_images == inputs.images and kept_embeds == inputs.embeds:
+        return inputs
+    return dataclasses.replace(inputs, images=kept_images, embeds=kept_embeds)
 
 
 def request_kwargs(api: Any, req: Request) -> dict[str, Any]:

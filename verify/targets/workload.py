@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-OP_KINDS = ("arrive", "schedule", "preempt", "finish", "reset", "again", "load")
+OP_KINDS = ("arrive", "schedule", "preempt", "finish", "reset", "again", "load", "fill")
 NUM_SHARED_PREFIXES = 3
 
 
@@ -140,7 +140,11 @@ class Op:
     with up to `tokens` tokens
     past its prefix-cache hit computed elsewhere (a KV connector's load): at once when
     `delay` is 0, else asynchronously, the load completing `delay` scheduler steps later
-    (meanwhile the request holds its blocks and may be finished)."""
+    (meanwhile the request holds its blocks and may be finished);
+    `fill(over)`: a new request of fresh tokens, admitted at once and prefilled whole,
+    sized to the free blocks that hold nothing cached (`filler_length`): after it the free
+    blocks are the cached ones, as in a warm server's pool, so the next allocation evicts
+    cached blocks in the engine's eviction order."""
 
     kind: str
     args: tuple[int, ...] = ()
@@ -158,6 +162,21 @@ class Op:
 
     def __str__(self) -> str:
         return f"{self.kind}({', '.join(map(str, self.args))})"
+
+
+def filler_length(room: int, over: int, group_block_sizes: list[int], max_len: int) -> int:
+    """The prompt length of `fill(over)` for `room` free blocks that hold nothing cached,
+    a prompt of n tokens taking ceil(n / size) blocks in each group: `over` 0, the longest
+    that fits in them (a block or so may stay free when the groups' blocks do not divide
+    them); `over` 1 or more, the shortest that takes them all and `over - 1` blocks
+    besides, which evicts the oldest cached ones. 0: no such prompt (then no request)."""
+    def blocks(n: int) -> int:
+        return sum(-(-n // z) for z in group_block_sizes)
+
+    longest = max_len - 1
+    if over == 0:
+        return max((n for n in range(longest + 1) if blocks(n) <= room), default=0)
+    return next((n for n in range(1, longest + 1) if blocks(n) >= room + over - 1), 0)
 
 
 @dataclass(frozen=True)
@@ -183,8 +202,10 @@ def ops_strategy(shape: WorkloadShape, max_steps: int) -> st.SearchStrategy[list
     def op_of(kind: int, a: int, b: int, c: int) -> Op:
         # Scheduling dominates, as it does in a server; resets are rare. Shrinking moves
         # `kind` to 0, a scheduling step.
-        if kind < 46:
+        if kind < 43:
             return Op("schedule", (a % 4, 1 + b % (3 * bs), 1 + c % 8))
+        if kind < 46:
+            return Op("fill", (a % 3,))
         if kind < 60:
             # Inputs: none for 6 of the 14 kinds of an arrival; images twice as often as
             # embeddings (their collisions need a pair of layouts on one prefix).
@@ -259,6 +280,10 @@ class Requests:
         ident = IDENTITIES[identity % len(IDENTITIES)]
         return self._add(tokens, Identity(ident.salt, ident.adapter, fitted),
                          inputs % len(INPUTS))
+
+    def filler(self, tokens: int) -> Request:
+        """A request of `tokens` fresh tokens (`fill`)."""
+        return self.new(0, 0, tokens)
 
     def again(self, index: int, other: int = 0) -> Request | None:
         """A new request with the prompt of an earlier arrival (its token ids, salt and
