@@ -228,6 +228,7 @@ def test_a_router_s_view_without_group_ids_keys_by_hash_alone() -> None:
     from collections import Counter
 
     from kvpocket.verify.targets import vllm_events
+    from kvpocket.verify.targets.base import CheckFailure
 
     class BlockStored:  # an event of such a release: no group_idx
         def __init__(self, hashes: list[int]) -> None:
@@ -248,5 +249,5 @@ def test_a_router_s_view_without_group_ids_keys_by_hash_alone() -> None:
             return key
 
     vllm_events.check_kv_events(view, Pool([(7, 0), (7, 1), (9, 1)]), object())
-    with pytest.raises(vllm_events.CheckFailure, match="never announced"):
+    with pytest.raises(CheckFailure, match="never announced"):
         vllm_events.check_kv_events(view, Pool([(7, 0), (7, 1), (9, 1), (8, 0)]), object())
