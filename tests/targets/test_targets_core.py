@@ -3,6 +3,7 @@ files, and the CLI without the engine. These run in every interpreter."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -251,3 +252,17 @@ def test_a_router_s_view_without_group_ids_keys_by_hash_alone() -> None:
     vllm_events.check_kv_events(view, Pool([(7, 0), (7, 1), (9, 1)]), object())
     with pytest.raises(CheckFailure, match="never announced"):
         vllm_events.check_kv_events(view, Pool([(7, 0), (7, 1), (9, 1), (8, 0)]), object())
+
+
+def test_an_older_release_gets_only_the_inputs_it_can_carry() -> None:
+    from kvpocket.verify.targets.vllm_inputs import carried_identity
+    from kvpocket.verify.targets.workload import IDENTITIES, INPUTS, Identity
+
+    rich = dataclasses.replace(IDENTITIES[6], inputs=dataclasses.replace(
+        next(i for i in INPUTS if i.images), embeds=next(i for i in INPUTS if i.embeds).embeds))
+    assert rich.salt and rich.adapter and rich.inputs.images and rich.inputs.embeds
+    assert carried_identity(rich, True, True, True) == rich
+    bare = carried_identity(rich, False, False, False)
+    assert bare == Identity(None, rich.adapter, dataclasses.replace(
+        rich.inputs, images=(), embeds=None))
+    assert carried_identity(rich, True, False, True).inputs.images == rich.inputs.images

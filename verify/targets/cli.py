@@ -81,10 +81,16 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
     if name not in presets:
         raise error(f"argument --config: expected one of {', '.join(presets)} for target "
                     f"{args.target}, got {name!r}")
+    # A replay builds the reproducer's own configuration, not the default preset (which an
+    # older release may not support).
+    built = replay[1] if replay is not None and args.config is None else presets[name]
     try:
-        target.build(presets[name])  # imports the engine: a broken install is a usage error
+        target.build(built)  # imports the engine: a broken install is a usage error
     except TargetUnavailable as exc:
         raise error(f"argument --target: {exc}") from None
+    except Exception as exc:  # the engine refuses the preset (a release without the feature)
+        raise error(f"argument --config: {built.name} cannot be built by {args.target} "
+                    f"{version}: {type(exc).__name__}: {exc}") from None
     print(f"{args.target} {version}", flush=True)
     if replay is not None:
         _, cfg, ops, data = replay

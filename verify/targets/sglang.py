@@ -273,9 +273,7 @@ class SglangInstance:
             if req is None:
                 self.stats.hit("no_request")
             else:
-                self.sreqs[req.rid] = self._new_req(req)
-                self.prefix_ids[req.rid] = self.prefix.of(
-                    req.tokens, [], self._stamp_root(req.identity))
+                self._arrived(req)
                 if op.kind == "again":
                     self._schedule(req, op.args[1] if len(op.args) > 1 else 1)
         elif op.kind == "reset":
@@ -307,6 +305,10 @@ class SglangInstance:
                 self._finish(picked)
         self.check()
 
+    def _arrived(self, req: Request) -> None:
+        self.sreqs[req.rid] = self._new_req(req)
+        self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [], self._stamp_root(req.identity))
+
     def _fill(self, over: int) -> None:
         """`fill(over)`: a fresh request, prefilled whole at once, sized to the free slots
         (the fewer of the two pools', page-floored; `over` pages past them evicts the
@@ -318,8 +320,7 @@ class SglangInstance:
             self.stats.hit("fill_nothing")
             return
         req = self.requests.filler(n)
-        self.sreqs[req.rid] = self._new_req(req)
-        self.prefix_ids[req.rid] = self.prefix.of(req.tokens, [], 0)
+        self._arrived(req)
         self._schedule(req, n)
         if req.running:
             self.stats.hit("filled")

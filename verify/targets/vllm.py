@@ -42,7 +42,7 @@ from kvpocket.verify.targets.vllm_inputs import (
     RARE_EMBEDS_HIT,
     RARE_IMAGE_HIT,
     RARE_INPUT_STATES,
-    carried_inputs,
+    carried_identity,
     count_decode,
     count_hit,
     keyed_tokens,
@@ -439,14 +439,12 @@ class VllmInstance:
         self.check()
 
     def _arrived(self, req: Request) -> None:
-        carried = carried_inputs(req.identity.inputs, self.api.carries_images,
-                                 self.api.carries_embeds)
-        if carried != req.identity.inputs:
+        a = self.api
+        carried = carried_identity(req.identity, a.carries_images, a.carries_embeds,
+                                   a.carries_salt)
+        if carried != req.identity:
             self.stats.hit(INPUTS_NOT_CARRIED)
-            req.identity = dataclasses.replace(req.identity, inputs=carried)
-        if req.identity.salt is not None and not self.api.carries_salt:
-            self.stats.hit(INPUTS_NOT_CARRIED)
-            req.identity = dataclasses.replace(req.identity, salt=None)
+            req.identity = carried
         self.vreqs[req.rid] = self._vllm_request(req)
         if req.identity != Identity():
             self._trace_off(TRACE_OFF_IDENTITY)
@@ -917,7 +915,7 @@ class VllmTarget:
         """Every rare state applies to every preset of the pinned release, but: a load
         reaching another group's hit needs two groups, and is not required where the
         default budget was measured not to reach it (`NOT_REQUIRED`). An older release
-        that cannot carry images, embeddings or salts (`carried_inputs`) cannot reach
+        that cannot carry images, embeddings or salts (`carried_identity`) cannot reach
         their hits."""
         skipped = set(NOT_REQUIRED.get(cfg.name, ()))
         if len(cfg.groups) == 1:

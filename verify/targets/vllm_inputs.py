@@ -20,14 +20,14 @@ from typing import Any
 
 from kvpocket.verify.targets.base import StepStats, TargetUnavailable
 from kvpocket.verify.targets.data_oracle import PrefixStamps
-from kvpocket.verify.targets.workload import Inputs, Request
+from kvpocket.verify.targets.workload import Identity, Inputs, Request
 
 RARE_IMAGE_HIT = "prefix hit on a block holding an image"
 RARE_EMBEDS_HIT = "prefix hit on prompt embeddings"
 RARE_INPUT_STATES = (RARE_IMAGE_HIT, RARE_EMBEDS_HIT)
 
 # Counted once per arrival whose images, embeddings or cache salt the release cannot
-# carry (`carried_inputs`, `Request`'s parameters): it goes in without them.
+# carry (`carried_identity`, `Request`'s parameters): it goes in without them.
 INPUTS_NOT_CARRIED = "inputs_not_carried_by_this_release"
 
 # Counted (not rare states): the paths the hashing takes for these inputs.
@@ -64,16 +64,16 @@ def embedding_rows(api: Any, tokens: list[int], inputs: Inputs) -> Any:
     return rows
 
 
-def carried_inputs(inputs: Inputs, images: bool, embeds: bool) -> Inputs:
-    """The part of `inputs` a release's `Request` can carry: without images (before
-    about 0.10.2), an image's placeholder tokens are plain text; without prompt
-    embeddings, the embedded positions are their token ids. The data oracle then keys
-    the prompt by what was sent, so a release is never blamed for inputs it never got."""
-    kept_images = inputs.images if images else ()
-    kept_embeds = inputs.embeds if embeds else None
-    if kept_images == inputs.images and kept_embeds == inputs.embeds:
-        return inputs
-    return dataclasses.replace(inputs, images=kept_images, embeds=kept_embeds)
+def carried_identity(ident: Identity, images: bool, embeds: bool, salt: bool) -> Identity:
+    """The part of a request's identity a release's `Request` can carry: without images
+    (before about 0.10.2) an image's placeholder tokens are plain text, without prompt
+    embeddings the embedded positions are their token ids, without a cache salt (before
+    about 0.9) the request is unsalted. The data oracle then keys the prompt by what was
+    sent, so a release is never blamed for inputs it never got."""
+    inputs = ident.inputs
+    kept = dataclasses.replace(inputs, images=inputs.images if images else (),
+                               embeds=inputs.embeds if embeds else None)
+    return dataclasses.replace(ident, inputs=kept, salt=ident.salt if salt else None)
 
 
 def request_kwargs(api: Any, req: Request) -> dict[str, Any]:
