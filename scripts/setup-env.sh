@@ -37,11 +37,23 @@ find_links=()
 [ -d /opt/wheels ] && find_links=(--find-links /opt/wheels)
 pip=(.venv/bin/python -m pip install --progress-bar off --disable-pip-version-check
      "${find_links[@]}")
-pip_install() {  # pip's lines for what it fetches and installs (a long step shows it is alive)
-  "${pip[@]}" "$@" 2>&1 \
-    | { grep --line-buffered -E '^(Collecting|Downloading|Installing collected|Successfully installed|ERROR|error)' || true; } \
+pip_log=$(mktemp)
+trap 'rm -f "$pip_log"' EXIT
+pip_once() {  # pip's lines for what it fetches and installs (a long step shows it is alive)
+  "${pip[@]}" "$@" 2>&1 | tee "$pip_log" \
+    | { grep --line-buffered -E '^(Collecting|Downloading|Installing collected|Successfully installed)' || true; } \
     | while IFS= read -r line; do echo "setup-env:   $line"; done
   return "${PIPESTATUS[0]}"
+}
+pip_install() {  # a failed install shows pip's own error, then is tried once more (a fetch can fail once)
+  pip_once "$@" && return 0
+  say "pip failed; its last lines:"
+  tail -n 25 "$pip_log" | sed 's/^/setup-env:   | /'
+  say "trying once more"
+  pip_once "$@" && return 0
+  say "pip failed again; its last lines:"
+  tail -n 25 "$pip_log" | sed 's/^/setup-env:   | /'
+  return 1
 }
 stamp=.venv/.kvpocket-deps
 want="$(sha256sum pyproject.toml | cut -c1-16) $extras"
