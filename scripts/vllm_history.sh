@@ -28,7 +28,7 @@ case_env() { [ "$1" = "$pinned" ] && echo KVPOCKET_VLLM_TRACE_CHECK=strict \
 source scripts/history_cases.sh
 # Each bug: its shrunk trace replayed on the last release with it and the first without
 # (and the pinned one); and the default campaign where it finds the bug on an affected
-# release (`--avoid-known`: past the pinned release's known bug, which they share).
+# release (`--avoid-known`: past the release's known bugs; `=NAME`: past those named).
 traces=tests/targets/engine_cases
 cases=(
   # #17398, EAGLE + sliding window: a hit whose last block EAGLE drops no longer covers
@@ -45,8 +45,8 @@ cases=(
   "0.14.0 mixed-eagle found 1 --replay $traces/vllm-39450-eagle-realigned-hit.json"
   # #44409: a KV load past a hit, one group's external blocks allocated before the next
   # group's hit is touched, can take that hit's block (in 0.23.0, fixed by 0.24.0's two
-  # phases); the default finds it on the pinned release with the fix undone (a patched
-  # copy, tests/targets/test_vllm_connector.py), on 0.23.0 the next bug first
+  # phases); the default finds it on 0.23.0 past the known bugs (#44701 among them),
+  # and on the pinned release with the fix undone (tests/targets/test_vllm_connector.py)
   "0.23.0 hybrid-dense found 1 --replay $traces/vllm-44409-one-phase-allocation.json"
   "0.24.0 hybrid-dense clean 1 --replay $traces/vllm-44409-one-phase-allocation.json"
   "$pinned hybrid-dense clean 1 --replay $traces/vllm-44409-one-phase-allocation.json"
@@ -58,7 +58,12 @@ cases=(
   "0.30.0 full found 1 --replay $traces/vllm-42125-lora-reload-hash.json"
   "0.31.0 full clean 1 --replay $traces/vllm-42125-lora-reload-hash.json"
   "0.23.0 hybrid found $examples --avoid-known"
-  "0.30.0 hybrid found $examples --avoid-known"
+  "0.24.0 hybrid clean $examples --avoid-known"
+  # #44701 by the default before it was listed as known: past the async bug only
+  "0.23.0 hybrid found $examples --avoid-known=swa-async-load-last-token"
+  "0.30.0 hybrid found $examples --avoid-known=swa-async-load-last-token"
+  "0.30.0 hybrid clean $examples --avoid-known"
+  "0.30.0 full found $examples --avoid-known"
   "0.31.0 hybrid clean $examples --avoid-known"
   "0.31.0 full clean $examples --avoid-known"
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -266,3 +267,88 @@ def test_an_older_release_gets_only_the_inputs_it_can_carry() -> None:
     assert bare == Identity(None, rich.adapter, dataclasses.replace(
         rich.inputs, images=(), embeds=None))
     assert carried_identity(rich, True, False, True).inputs.images == rich.inputs.images
+
+
+def test_a_known_bug_is_present_before_the_release_that_fixed_it() -> None:
+    from kvpocket.verify.targets.vllm import BUG_SALT_LORA_NAME, KNOWN_BUGS, release
+
+    assert release("0.10.1.1+cpu") == (0, 10, 1, 1) < release("0.10.2") < release("0.31.0rc1")
+    collision = KNOWN_BUGS[BUG_SALT_LORA_NAME]
+    assert collision.present_in("0.30.0") and collision.present_in("0.9.2")
+    assert not collision.present_in("0.31.0") and not collision.present_in("0.32.0+cpu")
+
+
+class _FailsUnlessAvoided:
+    """An instance of the stand-in below: a `finish` op fails unless bug "b" is avoided."""
+
+    def __init__(self, avoided: set[str]) -> None:
+        from kvpocket.verify.targets.base import StepStats
+
+        self.avoided = avoided
+        self.stats = StepStats()
+
+    def step(self, op: Op) -> None:
+        from kvpocket.verify.targets.base import CheckFailure
+
+        if op.kind == "finish" and "b" not in self.avoided:
+            raise CheckFailure("data", "reads a stale stamp")
+
+    def observe(self) -> dict[str, Any]:
+        return {}
+
+    def finish(self) -> None:
+        pass
+
+
+class _KnownBugs:
+    """A stand-in engine with two known bugs: a run of `finish` ops fails unless bug "b"
+    is steered clear of, whatever is done about "a"."""
+
+    name = "stand-in"
+
+    def __init__(self, only: tuple[str, ...] | None = None, avoiding: bool = False) -> None:
+        self.only, self.avoiding = only, avoiding
+        self.bugs = {"a": "bug a", "b": "bug b"}
+
+    def version(self) -> str:
+        return "1"
+
+    def presets(self) -> dict[str, TargetConfig]:
+        return {}
+
+    def rare_states(self, cfg: TargetConfig) -> tuple[str, ...]:
+        return ()
+
+    def known_bugs(self) -> dict[str, str]:
+        return {n: w for n, w in self.bugs.items() if self.only is None or n in self.only}
+
+    def without_known_bugs(self, only: tuple[str, ...] | None = None) -> _KnownBugs | None:
+        return None if self.avoiding else _KnownBugs(only, avoiding=True)
+
+    def build(self, cfg: TargetConfig) -> _FailsUnlessAvoided:
+        return _FailsUnlessAvoided(set(self.known_bugs()) if self.avoiding else set())
+
+
+def test_of_two_known_bugs_the_one_whose_avoidance_alone_passes_is_named() -> None:
+    from kvpocket.verify.targets.campaign import known_bug
+
+    cfg = TargetConfig("t", block_size=2, num_blocks=4, groups=("full",), sliding_window=0,
+                       max_model_len=8)
+    assert known_bug(_KnownBugs(), cfg, [Op("finish", (0,))]) == "b: bug b"
+    # a failure no known bug explains is a new finding
+    assert known_bug(_KnownBugs(avoiding=True), cfg, [Op("finish", (0,))]) is None
+
+
+def test_avoid_known_takes_all_or_the_names_the_release_lists() -> None:
+    from kvpocket.verify.targets.cli import _steered_clear
+
+    class Usage(Exception):
+        pass
+
+    every: Any = _steered_clear(_KnownBugs(), "all", "stand-in 1", Usage)
+    assert isinstance(every, _KnownBugs) and every.avoiding and every.only is None
+    one: Any = _steered_clear(_KnownBugs(), "b", "stand-in 1", Usage)
+    assert isinstance(one, _KnownBugs) and one.known_bugs() == {"b": "bug b"}
+    with pytest.raises(Usage, match=r"--avoid-known: expected 'all' or names of known bugs "
+                       r"of stand-in 1 \(a, b\), got 'c'"):
+        _steered_clear(_KnownBugs(), "c", "stand-in 1", Usage)

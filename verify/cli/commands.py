@@ -236,9 +236,10 @@ def _fuzz_args(p: argparse.ArgumentParser) -> None:
                    "docs/targets/vllm.md); --config then names one of its presets")
     p.add_argument("--replay", metavar="FILE",
                    help="with --target: replay a reproducer a target campaign wrote")
-    p.add_argument("--avoid-known", action="store_true",
-                   help="with --target: steer clear of the engine's known bugs (as CI's "
-                   "campaigns do), so that a run goes on past them to what else it finds")
+    p.add_argument("--avoid-known", nargs="?", const="all", metavar="NAMES",
+                   help="with --target: steer clear of the installed release's known engine "
+                   "bugs (as CI's campaigns do), or of those NAMES (comma-separated), so "
+                   "that a run goes on past them to what else it finds")
 
 
 def _list_configs(target_name: str | None) -> None:

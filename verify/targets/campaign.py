@@ -87,17 +87,31 @@ class TargetReport:
 def known_bug(target: Target, cfg: TargetConfig, ops: list[Op]) -> str | None:
     """The known engine bug a failing run reaches, as `name: what`: the run passes on the
     target steered clear of its engine's known bugs (`without_known_bugs`), everything else
-    the same. None for a new finding, or a target that lists no known bugs."""
+    the same; of several, the one whose avoidance alone makes it pass. None for a new
+    finding, or a target that lists no known bugs."""
     steer_clear = getattr(target, "without_known_bugs", None)
-    safe = steer_clear() if steer_clear is not None else None
-    if safe is None:
+    if steer_clear is None:
         return None
-    try:
-        run_ops(safe, cfg, ops)
-    except CheckFailure:
+    safe = steer_clear()
+    if safe is None or not _passes(safe, cfg, ops):
         return None
-    name, what = next(iter(safe.known_bugs().items()))
+    bugs = safe.known_bugs()
+    if len(bugs) > 1:
+        for name in bugs:
+            alone = steer_clear(only=(name,))
+            if alone is not None and _passes(alone, cfg, ops):
+                return f"{name}: {bugs[name]}"
+        return "one of " + "; ".join(f"{name}: {what}" for name, what in bugs.items())
+    name, what = next(iter(bugs.items()))
     return f"{name}: {what}"
+
+
+def _passes(target: Target, cfg: TargetConfig, ops: list[Op]) -> bool:
+    try:
+        run_ops(target, cfg, ops)
+    except CheckFailure:
+        return False
+    return True
 
 
 def run_ops(target: Target, cfg: TargetConfig, ops: list[Op],

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kvpocket.verify.targets.base import CheckFailure, TargetUnavailable
+from kvpocket.verify.targets.base import CheckFailure, Target, TargetUnavailable
 from kvpocket.verify.targets.campaign import (
     DEFAULT_STEPS,
     ReproducerError,
@@ -69,13 +69,13 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
             raise error(f"argument --replay: {args.replay} is a reproducer for target "
                         f"{replay[0]!r}, not {args.target!r}")
     target = load_target(args.target)
-    if getattr(args, "avoid_known", False):
-        # `without_known_bugs` is None where the target lists none: nothing to avoid.
-        target = getattr(target, "without_known_bugs", lambda: None)() or target
     try:
         version = target.version()
     except TargetUnavailable as exc:
         raise error(f"argument --target: {exc}") from None
+    avoid = getattr(args, "avoid_known", None)
+    if avoid:
+        target = _steered_clear(target, avoid, f"{args.target} {version}", error)
     presets = target.presets()
     name = args.config or next(iter(presets))
     if name not in presets:
@@ -116,6 +116,19 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
         write_atomic(Path(args.json), json.dumps(data, indent=1) + "\n")
     # A plan that never reached one of the target's rare states checked less than it says.
     return target_verdict(data).code
+
+
+def _steered_clear(target: Target, names: str, release: str, error: type[Exception]) -> Target:
+    """The target steered clear of its known bugs ("all") or of those named; a name the
+    installed release does not list is a usage error naming those it does."""
+    known: dict[str, str] = getattr(target, "known_bugs", dict)()
+    only = None if names == "all" else tuple(n.strip() for n in names.split(",") if n.strip())
+    unknown = [n for n in only or () if n not in known]
+    if only == () or unknown:
+        raise error(f"argument --avoid-known: expected 'all' or names of known bugs of "
+                    f"{release} ({', '.join(known) or 'none listed'}), got {names!r}")
+    # `without_known_bugs` is None where the target lists none: nothing to avoid.
+    return getattr(target, "without_known_bugs", lambda only=None: None)(only=only) or target
 
 
 def print_report(report: TargetReport, known: str | None = None,

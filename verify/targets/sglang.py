@@ -42,7 +42,7 @@ from kvpocket.verify.targets.base import (
 )
 from kvpocket.verify.targets.data_oracle import PrefixStamps
 from kvpocket.verify.targets.sglang_checks import PoolState, check_state
-from kvpocket.verify.targets.sglang_compat import Compat
+from kvpocket.verify.targets.sglang_compat import Compat, cpu_paged_allocation
 from kvpocket.verify.targets.workload import Identity, Op, Request, Requests
 
 INSTALL_HINT = ("SGLang is not installed in this Python: run scripts/sglang.sh (pip cannot "
@@ -139,6 +139,7 @@ class _Api:
                 self.allocation: Any = _first_module("sglang.srt.mem_cache.allocation",
                                                      "sglang.srt.mem_cache.common")
                 self.compat = Compat.load(self.batch, self.common, self.unified)
+                self.naive_paged = cpu_paged_allocation()
         except ImportError as exc:
             raise TargetUnavailable(f"{INSTALL_HINT} ({exc})") from None
         for name in ("sglang", "sglang.srt"):

@@ -17,7 +17,11 @@ release has (an attribute, a module, a parameter name) rather than reading its v
 - the out-of-window SWA free: `tree.evict_sliding_windows` or the scheduler's own
   `ScheduleBatch._evict_swa`, inside the allocator's free group where it has one;
 - the chunk checkpoint: `common.checkpoint_kv_cache` or `tree.cache_unfinished_req`;
-- `release_kv_cache(checkpoint=...)` or `(is_insert=...)`; `release_req`'s keywords.
+- `release_kv_cache(checkpoint=...)` or `(is_insert=...)`; `release_req`'s keywords;
+- the paged allocator's CPU path: from 0.5.22 it runs its naive readings of the triton
+  kernels where triton is missing; before, it launches the kernels whatever the device,
+  and `cpu_paged_allocation` points its launchers at the release's own
+  `alloc_extend_naive` (`paged.py`), so that the paged presets run there too.
 """
 
 from __future__ import annotations
@@ -38,6 +42,45 @@ def _optional(name: str) -> Any:
         return importlib.import_module(name)
     except ImportError:
         return None
+
+
+class _NaiveLaunch:
+    """A triton launcher's face (`kernel[grid](...)`) over the release's own naive
+    reading of its allocation kernel: `alloc_extend_naive(prefix_lens, seq_lens,
+    last_loc, free_pages, out_indices, page_size, device)`. A decode is the extend of one
+    token. When the pool has too few pages the kernel's output is never read (the
+    allocator returns None after it), so nothing is computed."""
+
+    def __init__(self, naive: Any, decode: bool) -> None:
+        self.naive, self.decode = naive, decode
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self._launch
+
+    def _launch(self, *args: Any) -> None:
+        if self.decode:
+            seq_lens, last_loc, free_pages, out, _, page = args
+            prefix_lens = seq_lens - 1
+        else:
+            prefix_lens, seq_lens, last_loc, free_pages, out, _, page = args
+        new_pages = (seq_lens + page - 1) // page - (prefix_lens + page - 1) // page
+        if int(new_pages.sum()) > len(free_pages):
+            return
+        self.naive(prefix_lens, seq_lens, last_loc, free_pages, out, page, out.device)
+
+
+def cpu_paged_allocation() -> bool:
+    """Points the paged allocator's kernel launchers at its naive reading where the
+    release has no CPU path of its own (before 0.5.22: no `alloc_decode_naive`) and
+    triton cannot run. True when it did (the target says so in its report)."""
+    paged = _optional("sglang.srt.mem_cache.allocator.paged")
+    if paged is None or hasattr(paged, "alloc_decode_naive") \
+            or not hasattr(paged, "alloc_extend_naive"):
+        return False
+    if not isinstance(paged.alloc_extend_kernel, _NaiveLaunch):
+        paged.alloc_extend_kernel = _NaiveLaunch(paged.alloc_extend_naive, decode=False)
+        paged.alloc_decode_kernel = _NaiveLaunch(paged.alloc_extend_naive, decode=True)
+    return True
 
 
 class Compat:

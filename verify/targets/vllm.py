@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import importlib.metadata
 import inspect
+import itertools
 import logging
 import math
 import os
@@ -88,14 +89,47 @@ NOT_REQUIRED: dict[str, tuple[str, ...]] = {
     "mixed": (RARE_CROSS_GROUP_REACH,),  # first at example 3,467 of 8,000 (seed 0)
 }
 
-# Bugs of the pinned release the default still reports, each with its write-up; CI's
-# campaigns steer clear of them (`VllmTarget(avoid_known=True)`), and a failure that goes
-# away when they are avoided is named as the known one.
+# Engine bugs the default still reports, each with its write-up and the release that fixed
+# it (None: not fixed in the pinned release). CI's campaigns, and `fuzz --avoid-known`, steer
+# clear of those of the release installed (`VllmTarget(avoid_known=True)`), so that a
+# campaign on an old release goes on past a bug already known to find the next one; a
+# failure that goes away when they are avoided is named as the known one.
+@dataclasses.dataclass(frozen=True)
+class KnownBug:
+    what: str
+    fixed_in: str | None = None
+
+    def present_in(self, version: str) -> bool:
+        return self.fixed_in is None or release(version) < release(self.fixed_in)
+
+
+BUG_ASYNC_LAST_TOKEN = "swa-async-load-last-token"
+BUG_SALT_LORA_NAME = "salt-lora-name-collision"
 KNOWN_BUGS = {
-    "swa-async-load-last-token": "an asynchronous KV load of the whole prompt (a P/D decode "
-    "instance's) leaves the sliding-window block of the token the recomputed last prompt "
-    "token attends to as the null block (docs/targets/vllm-findings.md)",
+    BUG_ASYNC_LAST_TOKEN: KnownBug(
+        "an asynchronous KV load of the whole prompt (a P/D decode instance's) leaves the "
+        "sliding-window block of the token the recomputed last prompt token attends to as "
+        "the null block (docs/targets/vllm-findings.md)"),
+    # Steered clear of by sending adapter names no salt takes; harmless before the names
+    # were hashed (0.10 and earlier hash the adapter's integer id).
+    BUG_SALT_LORA_NAME: KnownBug(
+        "a cache salt and a LoRA adapter's name hash alike when equal, so a salted tenant's "
+        "blocks are an adapter's prefix hits (vLLM #44701; docs/targets/vllm.md)",
+        fixed_in="0.31.0"),
 }
+AVOIDED_ADAPTER_PREFIX = "adapter:"  # no salt of the workload starts so (workload.IDENTITIES)
+
+
+def release(version: str) -> tuple[int, ...]:
+    """A release's number as a tuple to compare ("0.10.1.1+cpu" -> (0, 10, 1, 1))."""
+    out: list[int] = []
+    for part in version.split("+")[0].split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
 
 # Engine options a preset may set (TargetConfig.options); left out, the served default.
 OPT_RETENTION = "prefix_cache_retention_interval"  # None: dense; 0: semantic checkpoints only
@@ -264,9 +298,9 @@ class VllmInstance:
     def __init__(self, cfg: TargetConfig, swa_manager_class: type | None = None,
                  trace_check: str = "strict",
                  on_build: Callable[[VllmInstance], None] | None = None,
-                 avoid_known: bool = False) -> None:
+                 avoid: frozenset[str] = frozenset()) -> None:
         self.cfg = cfg
-        self.avoid_known = avoid_known
+        self.avoid = avoid  # the known engine bugs (KNOWN_BUGS) this run steers clear of
         self.api = a = api()
         self.stats = StepStats()
         self.retention = cfg.option(OPT_RETENTION, a.served[OPT_RETENTION])
@@ -375,6 +409,8 @@ class VllmInstance:
         lora = None
         if ident.adapter is not None:
             name, lora_id, path = ident.adapter
+            if BUG_SALT_LORA_NAME in self.avoid:
+                name = AVOIDED_ADAPTER_PREFIX + name
             lora = a.lora_request(lora_name=name, lora_int_id=lora_id, lora_path=path)
         fields = dict(request_id=req.rid, prompt_token_ids=list(req.tokens),
                       sampling_params=sp, pooling_params=None, block_hasher=hasher,
@@ -585,7 +621,7 @@ class VllmInstance:
         # (the scheduler recomputes the last token when it lands), unless the known engine
         # bug this reaches is avoided (KNOWN_BUGS) or the prompt is one token (landed, it
         # would hold blocks with nothing computed, which the scheduler does not expect).
-        whole = delay and len(req.tokens) > 1 and not self.avoid_known
+        whole = delay and len(req.tokens) > 1 and BUG_ASYNC_LAST_TOKEN not in self.avoid
         ext = max(0, min(load, len(req.tokens) - hit - (0 if whole else 1)))
         if "num_external_computed_tokens" not in self._alloc_params:
             ext = 0  # a release without KV connector loads
@@ -899,10 +935,12 @@ class VllmTarget:
 
     def __init__(self, swa_manager_class: type | None = None, trace_check: str | None = None,
                  on_build: Callable[[VllmInstance], None] | None = None,
-                 avoid_known: bool = False) -> None:
+                 avoid_known: bool = False, only: tuple[str, ...] | None = None) -> None:
         self.swa_manager_class = swa_manager_class
         self.on_build = on_build
-        self.avoid_known = avoid_known  # steer clear of KNOWN_BUGS (CI's campaigns)
+        # steer clear of the installed release's KNOWN_BUGS (CI's campaigns), or of `only`
+        self.avoid_known = avoid_known
+        self.only = only
         self.trace_check = trace_check or os.environ.get(TRACE_CHECK_ENV, "strict")
 
     def version(self) -> str:
@@ -932,22 +970,27 @@ class VllmTarget:
             dropped.add(RARE_SALT_HIT)
         return tuple(r for r in out if r not in dropped)
 
-    def without_known_bugs(self) -> VllmTarget | None:
-        """This target steered clear of the pinned release's known engine bugs
-        (`KNOWN_BUGS`), everything else the same; None when it already is
-        (`campaign.known_bug` names the bug a failure reaches)."""
-        if self.avoid_known:
+    def without_known_bugs(self, only: tuple[str, ...] | None = None) -> VllmTarget | None:
+        """This target steered clear of the installed release's known engine bugs
+        (`KNOWN_BUGS`), or of those named in `only`, everything else the same; None when it
+        already is, or the release has none (`campaign.known_bug` names the bug a failure
+        reaches)."""
+        if self.avoid_known or not self.known_bugs():
             return None
         return VllmTarget(self.swa_manager_class, self.trace_check, self.on_build,
-                          avoid_known=True)
+                          avoid_known=True, only=only)
 
     def known_bugs(self) -> dict[str, str]:
-        return dict(KNOWN_BUGS)
+        """The known engine bugs of the installed release: name -> what."""
+        version = vllm_version()
+        return {name: bug.what for name, bug in KNOWN_BUGS.items()
+                if bug.present_in(version) and (self.only is None or name in self.only)}
 
     def build(self, cfg: TargetConfig) -> VllmInstance:
         vllm_version()
         if self.trace_check not in TRACE_CHECKS:
             raise TargetUnavailable(f"{TRACE_CHECK_ENV} must be one of {', '.join(TRACE_CHECKS)}"
                                     f", got {self.trace_check!r}")
+        avoid = frozenset(self.known_bugs()) if self.avoid_known else frozenset()
         return VllmInstance(cfg, self.swa_manager_class, self.trace_check, self.on_build,
-                            self.avoid_known)
+                            avoid)
