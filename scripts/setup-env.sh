@@ -37,22 +37,34 @@ find_links=()
 [ -d /opt/wheels ] && find_links=(--find-links /opt/wheels)
 pip=(.venv/bin/python -m pip install --progress-bar off --disable-pip-version-check
      "${find_links[@]}")
-pip_log=$(mktemp)
-trap 'rm -f "$pip_log"' EXIT
-pip_once() {  # pip's lines for what it fetches and installs (a long step shows it is alive)
-  "${pip[@]}" "$@" 2>&1 | tee "$pip_log" \
-    | { grep --line-buffered -E '^(Collecting|Downloading|Installing collected|Successfully installed)' || true; } \
-    | while IFS= read -r line; do echo "setup-env:   $line"; done
-  return "${PIPESTATUS[0]}"
+# pip's lines for what it fetches and installs, as they come (a long step shows it is
+# alive); its last lines are kept to show when it fails. Bash alone: this runs before the
+# machine is known to have more than the shell.
+pip_tail=()
+pip_once() {
+  local line rc=1
+  pip_tail=()
+  while IFS= read -r line; do
+    case $line in
+      __pip_rc=*) rc=${line#__pip_rc=}; continue ;;
+      Collecting*|Downloading*|"Installing collected"*|"Successfully installed"*)
+        echo "setup-env:   $line" ;;
+    esac
+    pip_tail+=("$line")
+    [ "${#pip_tail[@]}" -le 25 ] || pip_tail=("${pip_tail[@]:1}")
+  done < <("${pip[@]}" "$@" 2>&1; echo "__pip_rc=$?")
+  return "$rc"
 }
-pip_install() {  # a failed install shows pip's own error, then is tried once more (a fetch can fail once)
-  pip_once "$@" && return 0
+pip_failed() {
   say "pip failed; its last lines:"
-  tail -n 25 "$pip_log" | sed 's/^/setup-env:   | /'
-  say "trying once more"
+  local line
+  for line in "${pip_tail[@]}"; do echo "setup-env:   | $line"; done
+}
+pip_install() {  # a failed install shows pip's own error and is tried once more
   pip_once "$@" && return 0
-  say "pip failed again; its last lines:"
-  tail -n 25 "$pip_log" | sed 's/^/setup-env:   | /'
+  pip_failed; say "trying once more"
+  pip_once "$@" && return 0
+  pip_failed
   return 1
 }
 stamp=.venv/.kvpocket-deps

@@ -134,3 +134,17 @@ def test_main_sh_prints_a_line_per_step(copy: Path) -> None:
     assert [s.split(":")[0] for s in steps] == ["== setup", "== fuzz", "== prove"], done.stdout
     assert "--total-examples 10" in steps[1]
     assert "kvpocket fuzz --total-examples 10" in log and "kvpocket prove" in log
+
+
+def test_a_failed_install_shows_pips_last_lines_and_is_tried_once_more(copy: Path) -> None:
+    python = copy / ".venv" / "bin" / "python"
+    _stub(python, 'echo "Collecting torch"; echo "Traceback (most recent call last):"; '
+                  'echo "OSError: [Errno 28] No space left on device"; exit 1')
+    done, log = _run(copy, "setup-env.sh", gpu=False)
+    assert done.returncode != 0
+    # the cause pip printed after "ERROR: Exception:" reaches the log, not only the filter
+    assert "setup-env:   | OSError: [Errno 28] No space left on device" in done.stdout
+    assert "trying once more" in done.stdout
+    torch_tries = [x for x in log.splitlines() if "install" in x and "torch" in x]
+    # torch, again; then the newest torch (the fallback), again
+    assert len(torch_tries) == 4, log
