@@ -101,6 +101,21 @@ def test_the_pinned_release_s_known_bug_is_reported_by_default_and_named() -> No
     assert named is not None and named.startswith("swa-async-load-last-token")
 
 
+def test_known_bugs_are_those_of_the_installed_release_and_each_is_steered_clear_of() -> None:
+    from kvpocket.verify.targets.vllm import BUG_ASYNC_LAST_TOKEN, BUG_SALT_LORA_NAME
+
+    # #44701 was fixed in 0.31.0: the pinned release lists only its own bug
+    assert set(target().known_bugs()) == {BUG_ASYNC_LAST_TOKEN}
+    assert target().without_known_bugs(only=(BUG_ASYNC_LAST_TOKEN,)).avoid_known
+    # where a release lists the salt/adapter-name collision, adapters are sent under names
+    # no salt takes, so a salted tenant and an adapter never share a hash
+    inst = target().build(PRESETS[DEFAULT_CONFIG])
+    inst.avoid = frozenset({BUG_SALT_LORA_NAME})
+    inst.step(Op("arrive", (0, 1, 1, 6, 0)))  # IDENTITIES[6]: salt "a", adapter "a"
+    sent = inst._vllm_request(inst.requests.live[-1])
+    assert sent.lora_request.lora_name == "adapter:a" and sent.cache_salt == "a"
+
+
 def _planted() -> dict[str, Callable[[Any], None]]:
     import vllm_planted
 
