@@ -148,3 +148,30 @@ def test_free_group_wraps_only_where_the_allocator_has_one() -> None:
     with c.free_group(types.SimpleNamespace()):
         seen.append("bare")
     assert seen[-1] == "bare" and seen.count("begin") == 1
+
+
+def test_a_release_without_a_cpu_paged_path_runs_its_own_naive_reading() -> None:
+    """Before 0.5.22 the paged allocator launches its triton kernels on any device; the
+    target points the launchers at the release's own `alloc_extend_naive` (a decode as
+    the extend of one token), and computes nothing where the pool lacks the pages (the
+    allocator returns None after the launch)."""
+    import torch
+
+    from kvpocket.verify.targets.sglang_compat import _NaiveLaunch
+
+    calls: list[tuple[list[int], list[int]]] = []
+
+    def naive(prefix_lens: Any, seq_lens: Any, last_loc: Any, free_pages: Any, out: Any,
+              page: int, device: Any) -> None:
+        calls.append((prefix_lens.tolist(), seq_lens.tolist()))
+        out.fill_(7)
+
+    t = torch.tensor
+    out = torch.zeros(1, dtype=torch.int64)
+    # decode: position 4 of a 5-token sequence starts page 2 (page size 2): one new page
+    _NaiveLaunch(naive, decode=True)[(1,)](t([5]), t([3]), t([9]), out, 1, 2)
+    assert calls == [([4], [5])] and out.tolist() == [7]
+    # an extend of 1 to 7 tokens needs 3 new pages; the pool has 2: nothing computed
+    _NaiveLaunch(naive, decode=False)[(1,)](t([1]), t([7]), t([0]), t([3, 4]),
+                                             torch.zeros(6, dtype=torch.int64), 1, 2)
+    assert len(calls) == 1
