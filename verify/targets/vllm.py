@@ -105,6 +105,7 @@ class KnownBug:
 
 BUG_ASYNC_LAST_TOKEN = "swa-async-load-last-token"
 BUG_SALT_LORA_NAME = "salt-lora-name-collision"
+BUG_KV_EVENT_LORA_ID = "kv-event-lora-id"
 KNOWN_BUGS = {
     BUG_ASYNC_LAST_TOKEN: KnownBug(
         "an asynchronous KV load of the whole prompt (a P/D decode instance's) leaves the "
@@ -116,6 +117,12 @@ KNOWN_BUGS = {
         "a cache salt and a LoRA adapter's name hash alike when equal, so a salted tenant's "
         "blocks are an adapter's prefix hits (vLLM #44701; docs/targets/vllm.md)",
         fixed_in="0.31.0"),
+    # Steered clear of by sending no adapter (with KV events on, the crash is certain).
+    BUG_KV_EVENT_LORA_ID: KnownBug(
+        "with KV events on, caching a block of a LoRA request raises AttributeError: the "
+        "BlockStored event reads `lora_request.id`, which LoRARequest does not have "
+        "(vLLM #27728; docs/targets/vllm.md)",
+        fixed_in="0.11.1"),
 }
 AVOIDED_ADAPTER_PREFIX = "adapter:"  # no salt of the workload starts so (workload.IDENTITIES)
 
@@ -481,6 +488,9 @@ class VllmInstance:
         if carried != req.identity:
             self.stats.hit(INPUTS_NOT_CARRIED)
             req.identity = carried
+        if BUG_KV_EVENT_LORA_ID in self.avoid and req.identity.adapter is not None:
+            self.stats.hit("adapter_not_sent_past_a_known_bug")
+            req.identity = dataclasses.replace(req.identity, adapter=None)
         self.vreqs[req.rid] = self._vllm_request(req)
         if req.identity != Identity():
             self._trace_off(TRACE_OFF_IDENTITY)
@@ -968,6 +978,8 @@ class VllmTarget:
             dropped.add(RARE_EMBEDS_HIT)
         if not a.carries_salt:
             dropped.add(RARE_SALT_HIT)
+        if self.avoid_known and BUG_KV_EVENT_LORA_ID in self.known_bugs():
+            dropped.add(RARE_LORA_HIT)  # steered clear of by sending no adapter
         return tuple(r for r in out if r not in dropped)
 
     def without_known_bugs(self, only: tuple[str, ...] | None = None) -> VllmTarget | None:
