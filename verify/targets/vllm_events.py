@@ -66,7 +66,7 @@ class ConsumerView:
 def engine_blocks(pool: Any, utils: Any) -> Counter[Key]:
     """The engine's cached blocks, each copy counted, keyed as its events key them."""
     out: Counter[Key] = Counter()
-    convert = getattr(utils, "maybe_convert_block_hash", _event_hash)
+    convert = getattr(utils, "maybe_convert_block_hash", event_hash)
     for key, _ in pool.cached_entries():
         h, group = pool.split_key(key)
         out[(group, convert(h))] += 1
@@ -109,7 +109,7 @@ def _by_hash(blocks: Counter[Key]) -> Counter[Key]:
     return out
 
 
-def _event_hash(h: Any) -> Any:
+def event_hash(h: Any) -> Any:
     """A block hash as the events of a release without `maybe_convert_block_hash` carry
     it: a `BlockHash` tuple's integer value (about 0.9 to 0.10), else the hash itself."""
     if hasattr(h, "get_hash_value"):

@@ -99,7 +99,9 @@ class PoolView:
 
 def check_pool(view: PoolView, stamps: StampArray,
                hash_content: dict[Any, tuple[int, tuple[int, ...]]],
-               stats: StepStats) -> None:
+               stats: StepStats, held_elsewhere: list[Any] | None = None) -> None:
+    """The pool's invariants; `held_elsewhere`: blocks the scheduler holds outside every
+    request's table (the frees it defers past a step in flight), one reference each."""
     pool = view.pool
     null = pool.null_block
     if view.null_id != 0 or not getattr(null, "is_null", True):
@@ -108,6 +110,7 @@ def check_pool(view: PoolView, stamps: StampArray,
 
     refs: Counter[int] = Counter()
     held: dict[str, dict[int, int]] = {}  # request -> block id -> the group holding it
+    refs.update(b.block_id for b in held_elsewhere or () if not view.is_null(b))
     for g, rid, blocks in view.tables():
         refs.update(b.block_id for b in blocks if not view.is_null(b))
         mine = held.setdefault(rid, {})
