@@ -129,7 +129,7 @@ def test_a_load_into_a_block_whose_step_is_in_flight_fails_and_the_fence_prevent
     so the load is refused for room; a scheduler that frees at once (0.23.0's) fails."""
     import vllm_planted
 
-    cfg = PRESETS["hybrid-async"]
+    cfg = dataclasses.replace(PRESETS["hybrid-async"], num_blocks=11)  # r0's blocks reused
     reached = run_ops(target(avoid_known=True), cfg, IN_FLIGHT)
     assert reached["free_deferred_past_a_step_in_flight"] == 1
     assert reached["deferred_free_made"] == 1
@@ -203,7 +203,7 @@ def test_a_window_block_pruned_with_its_step_in_flight_is_found_at_once() -> Non
 
     ops = [Op("arrive", (0, 0, 0, 0, 0)), Op("schedule", (0, 1, 1)), Op("schedule", (0, 1, 2)),
            Op("schedule", (0, 1, 3)), Op("arrive", (0, 0, 2, 0, 0)), Op("load", (0, 1, 0))]
-    cfg = PRESETS["hybrid-async"]
+    cfg = dataclasses.replace(PRESETS["hybrid-async"], num_blocks=11)
     run_ops(target(avoid_known=True), cfg, ops)
     with pytest.raises(CheckFailure, match=r"still in flight and uses it"):
         run_ops(target(on_build=vllm_planted.optimistic_prune, avoid_known=True), cfg, ops)
