@@ -54,8 +54,8 @@ cases=(
   # not yet identified: on 0.20.0 the default finds a data failure after a KV load on
   # top of a preempted request's hit (EAGLE, blocks of two sizes); 0.23.0 passes
   "0.20.0 mixed-eagle found $examples --avoid-known"
-  "0.20.0 mixed-eagle found 1 --replay $traces/vllm-0.20.0-eagle-mixed-load-unidentified.json"
-  "0.23.0 mixed-eagle clean 1 --replay $traces/vllm-0.20.0-eagle-mixed-load-unidentified.json"
+  "0.20.0 mixed-eagle found 1 --replay $traces/vllm-unidentified-0.20.0-eagle-mixed-load.json"
+  "0.23.0 mixed-eagle clean 1 --replay $traces/vllm-unidentified-0.20.0-eagle-mixed-load.json"
   # #44409: a KV load past a hit, one group's external blocks allocated before the next
   # group's hit is touched, can take that hit's block (in 0.23.0, fixed by 0.24.0's two
   # phases); the default finds it on 0.23.0 past the known bugs (#44701 among them),

@@ -214,11 +214,14 @@ ENGINE_CASES = sorted((Path(__file__).parent / "engine_cases").glob("*.json"))
 def test_each_recorded_engine_bug_is_a_reproducer_of_a_preset_that_exists(path: Path) -> None:
     """The shrunk traces the history scripts replay (scripts/*_history.sh): each names
     its target, one of its presets as it stands, the release it failed on, the failure,
-    and the vLLM or SGLang tracker entry in its file name."""
+    and the vLLM or SGLang tracker entry in its file name (or `unidentified` and the
+    release, for a finding not yet matched to one)."""
     from kvpocket.verify.targets.registry import load_target
 
     target, cfg, ops, data = read_reproducer(path)
-    assert path.stem.startswith(f"{target}-") and path.stem.split("-")[1].isdigit()
+    entry = path.stem.split("-")[1]
+    assert path.stem.startswith(f"{target}-") and (entry.isdigit() or (
+        entry == "unidentified" and path.stem.split("-")[2] == data["version"]))
     assert load_target(target).presets()[cfg.name] == cfg
     assert ops and data["check"] and data["version"]
     assert data["message"].startswith(f"{data['check']}:")
