@@ -79,6 +79,15 @@ cases=(
   "0.30.0 full found $examples --avoid-known"
   "0.31.0 hybrid clean $examples --avoid-known"
   "0.31.0 full clean $examples --avoid-known"
+  # #45357: with steps in flight (asynchronous scheduling) and a KV consumer connector,
+  # 0.23.0's scheduler frees a finished or preempted request's blocks while its step is in
+  # flight, and a KV load is handed one (the target's scheduler side follows the release:
+  # 0.24.0 has pop_blocks_for_free and defers the free past the step)
+  "0.23.0 hybrid-async found $examples --avoid-known"
+  "0.23.0 hybrid-async found 1 --replay $traces/vllm-45357-free-with-a-step-in-flight.json"
+  "0.24.0 hybrid-async clean 1 --replay $traces/vllm-45357-free-with-a-step-in-flight.json"
+  "0.24.0 hybrid-async clean $examples --avoid-known"
+  "$pinned hybrid-async clean $examples --avoid-known"
 )
 [ -d "$root/extra/gguf" ] || history_pip install --no-deps --target "$root/extra" gguf diskcache
 run_history_cases "$@"

@@ -111,6 +111,7 @@ class KnownBug:
 BUG_ASYNC_LAST_TOKEN = "swa-async-load-last-token"
 BUG_SALT_LORA_NAME = "salt-lora-name-collision"
 BUG_KV_EVENT_LORA_ID = "kv-event-lora-id"
+BUG_LORA_NAME_ONLY = "lora-name-only-hash"
 KNOWN_BUGS = {
     BUG_ASYNC_LAST_TOKEN: KnownBug(
         "an asynchronous KV load of the whole prompt (a P/D decode instance's) leaves the "
@@ -121,6 +122,12 @@ KNOWN_BUGS = {
     BUG_SALT_LORA_NAME: KnownBug(
         "a cache salt and a LoRA adapter's name hash alike when equal, so a salted tenant's "
         "blocks are an adapter's prefix hits (vLLM #44701; docs/targets/vllm.md)",
+        fixed_in="0.31.0"),
+    # Steered clear of by sending each adapter's weights under a name of their own.
+    BUG_LORA_NAME_ONLY: KnownBug(
+        "a LoRA adapter is hashed by its name alone, so an adapter re-pointed at other "
+        "weights under the same name hits the blocks the old weights computed (vLLM "
+        "#42125; docs/targets/vllm.md)",
         fixed_in="0.31.0"),
     # Steered clear of by sending no adapter (with KV events on, the crash is certain).
     BUG_KV_EVENT_LORA_ID: KnownBug(
@@ -459,6 +466,8 @@ class VllmInstance:
         lora = None
         if ident.adapter is not None:
             name, lora_id, path = ident.adapter
+            if BUG_LORA_NAME_ONLY in self.avoid:
+                name = f"{name}#{lora_id}"  # one name per adapter's weights
             if BUG_SALT_LORA_NAME in self.avoid:
                 name = AVOIDED_ADAPTER_PREFIX + name
             lora = a.lora_request(lora_name=name, lora_int_id=lora_id, lora_path=path)
