@@ -76,7 +76,8 @@ cases=(
   "0.23.0 hybrid found $examples --avoid-known=swa-async-load-last-token"
   "0.30.0 hybrid found $examples --avoid-known=swa-async-load-last-token"
   "0.30.0 hybrid clean $examples --avoid-known"
-  "0.30.0 full found $examples --avoid-known"
+  # #42125 by the default before it was listed as known (past the two bugs listed then)
+  "0.30.0 full found $examples --avoid-known=swa-async-load-last-token,salt-lora-name-collision"
   "0.31.0 hybrid clean $examples --avoid-known"
   "0.31.0 full clean $examples --avoid-known"
   # #45357: with steps in flight (asynchronous scheduling) and a KV consumer connector,
