@@ -175,3 +175,21 @@ def test_a_release_without_a_cpu_paged_path_runs_its_own_naive_reading() -> None
     _NaiveLaunch(naive, decode=False)[(1,)](t([1]), t([7]), t([0]), t([3, 4]),
                                              torch.zeros(6, dtype=torch.int64), 1, 2)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(("copies", "chunked", "grouped"), [
+    (True, False, True), (True, True, False), (False, False, False), (False, True, False)])
+def test_a_checkpoint_is_grouped_where_the_scheduler_groups_it(copies: bool, chunked: bool,
+                                                               grouped: bool) -> None:
+    # the prefill's end from 0.5.18 (whose allocators copy a group's frees); a middle
+    # chunk's stash never
+    seen: list[str] = []
+    alloc = types.SimpleNamespace(free_group_begin=lambda: seen.append("begin"),
+                                  free_group_end=lambda: seen.append("end"))
+    if copies:
+        alloc._copy_for_free_group = lambda index: index
+    tree = types.SimpleNamespace(
+        token_to_kv_pool_allocator=alloc,
+        cache_unfinished_req=lambda req, chunked=False: seen.append(f"insert {chunked}"))
+    compat(new=False).checkpoint(tree, object(), chunked=chunked)
+    assert seen == (["begin", "insert False", "end"] if grouped else [f"insert {chunked}"])

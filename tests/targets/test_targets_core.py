@@ -273,7 +273,8 @@ def test_an_older_release_gets_only_the_inputs_it_can_carry() -> None:
 
 
 def test_a_known_bug_is_present_before_the_release_that_fixed_it() -> None:
-    from kvpocket.verify.targets.vllm import BUG_SALT_LORA_NAME, KNOWN_BUGS, release
+    from kvpocket.verify.targets.base import release
+    from kvpocket.verify.targets.vllm import BUG_SALT_LORA_NAME, KNOWN_BUGS
 
     assert release("0.10.1.1+cpu") == (0, 10, 1, 1) < release("0.10.2") < release("0.31.0rc1")
     collision = KNOWN_BUGS[BUG_SALT_LORA_NAME]

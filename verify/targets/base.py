@@ -10,6 +10,7 @@ new module here and an entry in `registry.py`, not a change to the campaign.
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -30,6 +31,30 @@ def installed_version(distributions: tuple[str, ...], install_hint: str) -> str:
         except importlib.metadata.PackageNotFoundError:
             continue
     raise TargetUnavailable(install_hint)
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    """An engine bug a target still reports, with the release that fixed it (None: not
+    fixed in any release the target knows); `fuzz --avoid-known` steers clear of it."""
+
+    what: str
+    fixed_in: str | None = None
+
+    def present_in(self, version: str) -> bool:
+        return self.fixed_in is None or release(version) < release(self.fixed_in)
+
+
+def release(version: str) -> tuple[int, ...]:
+    """A release's number as a tuple to compare ("0.10.1.1+cpu" -> (0, 10, 1, 1),
+    "0.5.15.post1" -> (0, 5, 15))."""
+    out: list[int] = []
+    for part in version.split("+")[0].split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
 
 
 def is_installed(distributions: tuple[str, ...]) -> bool:

@@ -12,7 +12,10 @@ tree under pressure, SWA only or both), the out-of-window SWA frees of
 `ScheduleBatch.maybe_evict_swa` (`tree_cache.evict_sliding_windows`), `checkpoint_kv_cache`
 after a chunk, `release_req` to retract and `release_kv_cache(checkpoint=True)` to finish
 with the cache insert. After every op it runs the checks of `sglang_checks.py`
-(docs/targets/sglang.md).
+(docs/targets/sglang.md). The all-SWA presets (groups `("swa",)`) build what SGLang builds
+for a model without full-attention layers instead: `PureSWATokenToKVPoolAllocator` (one
+pool) and `PureSWARadixCache`; the scheduler's part is the same calls, with a
+prefill-aware model's evict floor where the preset says so.
 
 SGLang is imported lazily (tens of seconds of CPU) and only here; without it, `version`
 raises `TargetUnavailable` with the one line that says what to install.
@@ -34,6 +37,7 @@ from typing import Any
 from kvpocket.verify.targets.base import (
     SCHEDULER_STEP,
     CheckFailure,
+    KnownBug,
     StepStats,
     TargetConfig,
     TargetUnavailable,
@@ -52,6 +56,14 @@ INSTALL_HINT = ("SGLang is not installed in this Python: run scripts/sglang.sh (
 # Engine options a preset sets (TargetConfig.options).
 OPT_SWA_TOKENS = "swa_tokens"  # size of the sliding-window pool, in tokens
 OPT_MAX_REQUESTS = "max_requests"  # rows of the ReqToTokenPool
+# An all-SWA model whose prefill stays out of the window frees (the model runner's
+# `prefill_aware_swa`): the scheduler sets `req.kv.swa_evict_floor` to the end of each
+# prefill batch's extend
+OPT_PREFILL_AWARE = "prefill_aware_swa"
+
+# The kinds of model a preset stands for (TargetConfig.groups).
+HYBRID_GROUPS = ("full", "swa")
+ALL_SWA_GROUPS = ("swa",)  # every layer sliding-window: PureSWARadixCache
 
 # The rare states of the target (docs/targets/sglang.md), counted like vLLM's: a run that
 # reaches none of one is a coverage gap (exit 3).
@@ -67,6 +79,40 @@ RARE_LORA_HIT = "prefix hit under a LoRA adapter"
 RARE_STATES = (RARE_SWA_OUT_OF_WINDOW, RARE_SWA_ONLY_EVICTION, RARE_FULL_EVICTION,
                RARE_TOMBSTONE_INSERT, RARE_HIT_FULL_POOL, RARE_CHUNK_CHECKPOINT,
                RARE_RETRACT_HIT, RARE_SALT_HIT, RARE_LORA_HIT)
+# The all-SWA presets' (no full pool, no tombstones, nothing SWA-only to evict).
+RARE_PURE_EVICTION = "eviction from the all-SWA tree"
+RARE_PURE_FINISH_AFTER_WINDOW = "finished insert after out-of-window frees"
+RARE_PURE_RETRACT_AFTER_WINDOW = "retracted after out-of-window frees"
+RARE_PURE_HIT_AFTER_WINDOW = "prefix hit on a request finished after out-of-window frees"
+RARE_PURE_RETRACT_SHIELDED = "retracted with KV past its evict floor before any window free"
+PURE_RARE_STATES = (RARE_SWA_OUT_OF_WINDOW, RARE_PURE_EVICTION, RARE_PURE_FINISH_AFTER_WINDOW,
+                    RARE_PURE_RETRACT_AFTER_WINDOW, RARE_PURE_HIT_AFTER_WINDOW,
+                    RARE_HIT_FULL_POOL, RARE_CHUNK_CHECKPOINT, RARE_RETRACT_HIT,
+                    RARE_SALT_HIT, RARE_LORA_HIT)
+
+# Engine bugs the default still reports (base.KnownBug; `fuzz --avoid-known` steers clear of
+# those of the release installed, docs/targets/sglang.md, "Real bugs"). Both are steered
+# clear of through the request's SWA evict floor, set or cleared just before its release
+# as SGLang's scheduler leaves it for a prefill-aware model (the floor at its prefill's
+# end, which is its protected prefix) or for any other (0): the frees its decode made are
+# the same either way (below the floor, the tree's prefix).
+BUG_PURE_RECACHE = "pure-swa-recache-window-evicted"
+BUG_PURE_REFREE = "pure-swa-refree-window-evicted"
+BUG_PURE_TAIL = "pure-swa-tail-not-freed"
+KNOWN_BUGS = {
+    BUG_PURE_RECACHE: KnownBug(
+        "all-SWA, evict floor 0 (a model that is not prefill-aware): the finished insert of "
+        "a request that freed KV out of the window takes its whole row, the freed slots "
+        "again (sglang#31486, closed unmerged)"),
+    BUG_PURE_REFREE: KnownBug(
+        "all-SWA, evict floor 0: a request released without the insert (retracted) after "
+        "freeing KV out of the window frees those slots again (sglang#31486's other half; "
+        "gone with 0.5.21's release path)", fixed_in="0.5.21"),
+    BUG_PURE_TAIL: KnownBug(
+        "all-SWA, evict floor set (a prefill-aware model): a request released without the "
+        "insert before any window free leaks its KV past the floor (sglang#38349)",
+        fixed_in="0.5.20"),
+}
 
 PRESETS: dict[str, TargetConfig] = {
     p.name: p for p in (
@@ -91,6 +137,21 @@ PRESETS: dict[str, TargetConfig] = {
                      options=((OPT_MAX_REQUESTS, 3), (OPT_SWA_TOKENS, 8)),
                      description="a smaller pool and window (16 full slots, 8 "
                      "sliding-window slots, window 3): SWA pressure within a few ops"),
+        TargetConfig("swa", block_size=1, num_blocks=16, groups=ALL_SWA_GROUPS,
+                     sliding_window=4, max_model_len=16, options=((OPT_MAX_REQUESTS, 4),),
+                     description="an all-SWA model (every layer sliding-window, as "
+                     "Mistral-7B-v0.1): PureSWARadixCache over PureSWATokenToKVPoolAllocator, "
+                     "one pool of 16 slots, window 4"),
+        TargetConfig("swa-paged", block_size=2, num_blocks=8, groups=ALL_SWA_GROUPS,
+                     sliding_window=4, max_model_len=16, options=((OPT_MAX_REQUESTS, 4),),
+                     description="the swa preset at page size 2 (8 pages): no release "
+                     "so far builds it (PureSWATokenToKVPoolAllocator asserts page size 1)"),
+        TargetConfig("swa-prefill-aware", block_size=1, num_blocks=16, groups=ALL_SWA_GROUPS,
+                     sliding_window=4, max_model_len=16,
+                     options=((OPT_MAX_REQUESTS, 4), (OPT_PREFILL_AWARE, True)),
+                     description="the swa preset for a prefill-aware model "
+                     "(is_prefill_aware_swa): each prefill sets the request's SWA evict "
+                     "floor, its prompt is never freed out of the window"),
     )
 }
 
@@ -127,6 +188,9 @@ class _Api:
                 # the unified tree with its components (0.5.17 on; the one hybrid tree
                 # from 0.5.21); before, SWARadixCache alone
                 self.unified: Any = _optional_module("sglang.srt.mem_cache.unified_radix_cache")
+                # the all-SWA tree (0.5.15 on)
+                self.pure_tree: Any = _optional_module(
+                    "sglang.srt.mem_cache.pure_swa_radix_cache")
                 self.components: Any = _optional_module(
                     "sglang.srt.mem_cache.unified_cache.components")
                 if self.components is None:
@@ -197,44 +261,95 @@ class SglangInstance:
     broken copy, in tests); the installed package is never patched.
     """
 
-    def __init__(self, cfg: TargetConfig, allocator_class: type | None = None) -> None:
+    def __init__(self, cfg: TargetConfig, allocator_class: type | None = None,
+                 avoid: frozenset[str] = frozenset()) -> None:
         self.cfg = cfg
+        self.avoid = avoid  # the known engine bugs (KNOWN_BUGS) this run steers clear of
         self.api = a = api()
         self.stats = StepStats()
         self.page = cfg.block_size
         self.window = cfg.sliding_window
-        self.full_size = cfg.num_blocks * cfg.block_size
-        self.swa_size = int(cfg.option(OPT_SWA_TOKENS, self.full_size))
-        torch = a.torch
+        # An all-SWA model (every layer sliding-window): one pool, PureSWARadixCache
+        self.pure = tuple(cfg.groups) == ALL_SWA_GROUPS
+        self.prefill_aware = bool(cfg.option(OPT_PREFILL_AWARE, False))
+        if self.pure:
+            self.full_size, self.swa_size = 0, cfg.num_blocks * cfg.block_size
+        else:
+            self.full_size = cfg.num_blocks * cfg.block_size
+            self.swa_size = int(cfg.option(OPT_SWA_TOKENS, self.full_size))
         a.server_args.set_global_server_args_for_scheduler(
             a.server_args.ServerArgs(model_path="dummy", page_size=self.page))
         self.r2t = a.memory_pool.ReqToTokenPool(
             size=int(cfg.option(OPT_MAX_REQUESTS, 4)), max_context_len=cfg.max_model_len + 4,
             device="cpu", enable_memory_saver=False)
-        kv = a.swa_pool.SWAKVPool(
-            size=self.full_size, size_swa=self.swa_size, page_size=self.page,
-            dtype=torch.float32, head_num=1, head_dim=1, swa_attention_layer_ids=[0],
-            full_attention_layer_ids=[1], device="cpu",
-            **_accepted(a.swa_pool.SWAKVPool, enable_kvcache_transpose=False))
-        cls = allocator_class or a.swa_alloc.SWATokenToKVPoolAllocator
-        self.alloc = cls(size=self.full_size, size_swa=self.swa_size, page_size=self.page,
-                         dtype=torch.float32, device="cpu", kvcache=kv, need_sort=False)
-        extra: dict[str, Any] = {}
-        if a.components is not None:
-            ct = a.components.ComponentType
-            extra["tree_components"] = (ct.FULL, ct.SWA)
-        params = a.init_params.CacheInitParams(
-            req_to_token_pool=self.r2t, token_to_kv_pool_allocator=self.alloc,
-            page_size=self.page, disable=False, sliding_window_size=self.window,
-            eviction_policy="lru", **extra)
         self.compat = a.compat
-        self.tree = self.compat.make_tree(params)
+        if self.pure:
+            self.alloc, self.tree = self._build_pure(allocator_class)
+        else:
+            self.alloc, self.tree = self._build_hybrid(allocator_class)
         self.requests = Requests(cfg.shape())
         self.sreqs: dict[str, Any] = {}
         self.prefix = PrefixStamps()
         self.prefix_ids: dict[str, list[int]] = {}
         self.retracted: set[str] = set()
-        self.state = PoolState(self.full_size, self.swa_size, self.page, self.window)
+        # stamps of the positions requests that had freed out of the window held when
+        # they finished (a later hit on them: RARE_PURE_HIT_AFTER_WINDOW)
+        self.finished_after_window: set[int] = set()
+        self.state = PoolState(self.full_size, self.swa_size, self.page, self.window,
+                               pure=self.pure)
+
+    def _kv_pool(self, full_layers: list[int]) -> Any:
+        a = self.api
+        return a.swa_pool.SWAKVPool(
+            size=self.full_size, size_swa=self.swa_size, page_size=self.page,
+            dtype=a.torch.float32, head_num=1, head_dim=1, swa_attention_layer_ids=[0],
+            full_attention_layer_ids=full_layers, device="cpu",
+            **_accepted(a.swa_pool.SWAKVPool, enable_kvcache_transpose=False))
+
+    def _build_hybrid(self, allocator_class: type | None) -> tuple[Any, Any]:
+        """A hybrid model's: two pools, the hybrid tree (`Compat.make_tree`)."""
+        a = self.api
+        kv = self._kv_pool([1])
+        cls = allocator_class or a.swa_alloc.SWATokenToKVPoolAllocator
+        alloc = cls(size=self.full_size, size_swa=self.swa_size, page_size=self.page,
+                    dtype=a.torch.float32, device="cpu", kvcache=kv, need_sort=False)
+        extra: dict[str, Any] = {}
+        if a.components is not None:
+            ct = a.components.ComponentType
+            extra["tree_components"] = (ct.FULL, ct.SWA)
+        return alloc, self.compat.make_tree(self._params(alloc, **extra))
+
+    def _build_pure(self, allocator_class: type | None) -> tuple[Any, Any]:
+        """An all-SWA model's, as the model runner and `registry.py` build it when the
+        model has no full-attention layer (`full_max_total_num_tokens == 0`): an
+        `SWAKVPool` without full layers, `PureSWATokenToKVPoolAllocator` (one pool,
+        `full_attn_allocator is swa_attn_allocator`), `PureSWARadixCache`."""
+        a = self.api
+        pure_alloc = getattr(a.swa_alloc, "PureSWATokenToKVPoolAllocator", None)
+        if a.pure_tree is None or pure_alloc is None:
+            raise TargetUnavailable(
+                f"SGLang {sglang_version()} has no all-SWA cache (PureSWARadixCache, "
+                f"PureSWATokenToKVPoolAllocator: 0.5.15.post1 has them, 0.5.14 not): "
+                f"config {self.cfg.name} needs it")
+        kv = self._kv_pool([])
+        cls = allocator_class or pure_alloc
+        try:
+            alloc = cls(size_swa=self.swa_size, page_size=self.page, dtype=a.torch.float32,
+                        device="cpu", kvcache=kv, need_sort=False)
+        except AssertionError:
+            if self.page == 1:
+                raise
+            raise TargetUnavailable(
+                f"SGLang {sglang_version()}'s PureSWATokenToKVPoolAllocator takes page size "
+                f"1 only (it asserts page_size == 1, so an all-SWA model does not start "
+                f"paged): config {self.cfg.name} has page size {self.page}") from None
+        return alloc, a.pure_tree.PureSWARadixCache(params=self._params(alloc))
+
+    def _params(self, alloc: Any, **extra: Any) -> Any:
+        return self.api.init_params.CacheInitParams(
+            req_to_token_pool=self.r2t, token_to_kv_pool_allocator=alloc,
+            page_size=self.page, disable=False, sliding_window_size=self.window,
+            eviction_policy="lru", **extra)
 
     # -- the scheduler's part ---------------------------------------------------------
 
@@ -372,6 +487,8 @@ class SglangInstance:
             if req.identity.adapter is not None:
                 self.stats.hit(RARE_LORA_HIT)
             self.state.check_hit(self, req, [int(x) for x in prefix.tolist()], hit)
+            if self.finished_after_window.intersection(self.prefix_ids[req.rid][:hit]):
+                self.stats.hit(RARE_PURE_HIT_AFTER_WINDOW)
         if self.r2t.available_size() < 1:
             c.unlock(self.tree, sreq)
             self.stats.hit("admission_refused_no_row")
@@ -395,6 +512,7 @@ class SglangInstance:
             self.stats.hit(RARE_HIT_FULL_POOL)
         req.running = True
         kv.cache_protected_len = kv.cache_protected_len or 0
+        self._shield_prefill(sreq, end)
         self._compute(req, hit, end)
         self._after_extend(req, end, total)
 
@@ -412,8 +530,15 @@ class SglangInstance:
             self._retract(req)
             return
         self.state.note_evictions(self, before)
+        self._shield_prefill(sreq, end)
         self._compute(req, start, end)
         self._after_extend(req, end, self._prefill_len(req))
+
+    def _shield_prefill(self, sreq: Any, end: int) -> None:
+        """A prefill-aware model's: after `prepare_for_extend` the scheduler sets every
+        admitted request's `swa_evict_floor` to its extend's end (`prefill_aware_swa`)."""
+        if self.prefill_aware:
+            self.compat.kv(sreq).swa_evict_floor = end
 
     def _after_extend(self, req: Request, end: int, total: int) -> None:
         """What the computed chunk puts into the tree, as the scheduler does: a middle
@@ -431,7 +556,7 @@ class SglangInstance:
         else:
             self.compat.set_prefix_len(sreq, end)
             self.stats.hit("prefill_end_checkpoint")
-        if evicted:
+        if evicted and not self.pure:
             self.stats.hit(RARE_TOMBSTONE_INSERT)
 
     def _fits(self, tokens: int) -> bool:
@@ -441,8 +566,10 @@ class SglangInstance:
         (`alloc_extend` / `alloc_decode` return None without giving them back), a path
         the scheduler's checks keep it from; docs/targets/sglang.md."""
         t, a = self.tree, self.alloc
-        return (int(a.full_available_size()) + int(t.full_evictable_size()) >= tokens
-                and int(a.swa_available_size()) + int(t.swa_evictable_size()) >= tokens)
+        swa = int(a.swa_available_size()) + int(t.swa_evictable_size()) >= tokens
+        if self.pure:  # the one pool (`SWAPrefillBudget(all_swa=True)`)
+            return swa
+        return swa and int(a.full_available_size()) + int(t.full_evictable_size()) >= tokens
 
     def _alloc_extend(self, sreq: Any, start: int, end: int) -> Any:
         """Slots for positions [start, end) of the request's row, written into it as
@@ -534,11 +661,42 @@ class SglangInstance:
         self.state.write(self, req, start, end)
         self.state.check_reads(self, req, start, end, "attention of this step")
 
+    def _steer_floor(self, sreq: Any, insert: bool) -> None:
+        """Steers a release clear of the known bugs avoided (`KNOWN_BUGS`): a request that
+        freed KV out of the window gets the floor a prefill-aware model's has (its
+        protected prefix: the release then keeps or frees nothing below the window frees'
+        start twice); one released without the insert before its first window free (its
+        SWA cursor still 0), the floor of a model that is not (0: its whole own part is
+        freed)."""
+        kv = self.compat.kv(sreq)
+        floor = int(getattr(kv, "swa_evict_floor", 0) or 0)
+        protected = int(kv.cache_protected_len or 0)
+        recache = BUG_PURE_RECACHE if insert else BUG_PURE_REFREE
+        if recache in self.avoid and floor == 0 and protected and self._window_freed(sreq):
+            kv.swa_evict_floor = protected
+            self.stats.hit("steered clear: " + recache)
+        elif BUG_PURE_TAIL in self.avoid and not insert and floor \
+                and not self.compat.swa_evicted(sreq) and int(kv.kv_allocated_len) > floor:
+            kv.swa_evict_floor = 0
+            self.stats.hit("steered clear: " + BUG_PURE_TAIL)
+
+    def _window_freed(self, sreq: Any) -> bool:
+        """Whether the request freed any of its own KV out of the window."""
+        return self.compat.swa_evicted(sreq) > self.compat.swa_dead_lo(sreq, self.page)
+
     def _retract(self, req: Request) -> None:
         sreq = self.sreqs[req.rid]
         if not req.running:
             self.stats.hit("preempt_waiting")
             return
+        if self.pure:
+            kv = self.compat.kv(sreq)
+            if self._window_freed(sreq):
+                self.stats.hit(RARE_PURE_RETRACT_AFTER_WINDOW)
+            floor = int(getattr(kv, "swa_evict_floor", 0) or 0)
+            if floor and int(kv.kv_allocated_len) > floor and not self.compat.swa_evicted(sreq):
+                self.stats.hit(RARE_PURE_RETRACT_SHIELDED)
+            self._steer_floor(sreq, insert=False)
         self.compat.release_req(sreq, self.r2t, self.alloc, self.tree)
         req.running, req.computed = False, 0
         self.retracted.add(req.rid)
@@ -552,8 +710,14 @@ class SglangInstance:
             return
         sreq.finished_reason = self.api.batch.FINISH_LENGTH(length=len(sreq.output_ids))
         evicted = self.compat.swa_evicted(sreq)
+        window_freed = self.pure and self._window_freed(sreq)
+        if self.pure:
+            self._steer_floor(sreq, insert=True)
         self.compat.release(self.tree, sreq)
-        if evicted:
+        if window_freed:
+            self.stats.hit(RARE_PURE_FINISH_AFTER_WINDOW)
+            self.finished_after_window.update(self.prefix_ids[req.rid])
+        elif evicted and not self.pure:
             self.stats.hit(RARE_TOMBSTONE_INSERT)
 
     def _reset(self, under_load: bool) -> None:
@@ -595,9 +759,12 @@ class SglangInstance:
         self.check()
         with self._quiet():
             self.tree.sanity_check()
-        full = int(self.alloc.full_available_size()) + int(self.tree.full_evictable_size())
         swa = int(self.alloc.swa_available_size()) + int(self.tree.swa_evictable_size())
-        if full != self.full_size or swa != self.swa_size:
+        if self.pure and swa != self.swa_size:
+            raise CheckFailure("pool", f"after every request is freed, the all-SWA pool: "
+                               f"available + evictable = {swa} of {self.swa_size}: a leak")
+        full = int(self.alloc.full_available_size()) + int(self.tree.full_evictable_size())
+        if not self.pure and (full != self.full_size or swa != self.swa_size):
             raise CheckFailure("pool", f"after every request is freed, full: available + "
                                f"evictable = {full} of {self.full_size}, SWA: {swa} of "
                                f"{self.swa_size}: a leak")
@@ -608,9 +775,13 @@ class SglangTarget:
     name = "sglang"
 
     def __init__(self, allocator_class: type | None = None,
-                 on_build: Callable[[SglangInstance], None] | None = None) -> None:
+                 on_build: Callable[[SglangInstance], None] | None = None,
+                 avoid_known: bool = False, only: tuple[str, ...] | None = None) -> None:
         self.allocator_class = allocator_class
         self.on_build = on_build
+        # steer clear of the installed release's KNOWN_BUGS, or of `only`
+        self.avoid_known = avoid_known
+        self.only = only
 
     def version(self) -> str:
         return sglang_version()
@@ -619,15 +790,35 @@ class SglangTarget:
         return PRESETS
 
     def rare_states(self, cfg: TargetConfig) -> tuple[str, ...]:
-        return RARE_STATES
+        """The hybrid presets' states, or the all-SWA presets' (no tombstones, one pool;
+        a prefill-aware model's retraction past its evict floor besides)."""
+        if tuple(cfg.groups) != ALL_SWA_GROUPS:
+            return RARE_STATES
+        if cfg.option(OPT_PREFILL_AWARE, False):
+            return (*PURE_RARE_STATES, RARE_PURE_RETRACT_SHIELDED)
+        return PURE_RARE_STATES
 
     def checks_line(self) -> str:
         return ("every check passed (data oracle through req_to_token and the full-to-SWA "
                 "mapping, pool conservation, ownership, SGLang's sanity_check)")
 
+    def without_known_bugs(self, only: tuple[str, ...] | None = None) -> SglangTarget | None:
+        """This target steered clear of the installed release's known engine bugs, or of
+        those named in `only`; None when it already is, or the release has none."""
+        if self.avoid_known or not self.known_bugs():
+            return None
+        return SglangTarget(self.allocator_class, self.on_build, avoid_known=True, only=only)
+
+    def known_bugs(self) -> dict[str, str]:
+        """The known engine bugs of the installed release: name -> what."""
+        version = sglang_version()
+        return {name: bug.what for name, bug in KNOWN_BUGS.items()
+                if bug.present_in(version) and (self.only is None or name in self.only)}
+
     def build(self, cfg: TargetConfig) -> SglangInstance:
         sglang_version()
-        inst = SglangInstance(cfg, self.allocator_class)
+        avoid = frozenset(self.known_bugs()) if self.avoid_known else frozenset()
+        inst = SglangInstance(cfg, self.allocator_class, avoid)
         if self.on_build is not None:
             self.on_build(inst)
         return inst

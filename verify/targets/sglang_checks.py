@@ -11,6 +11,10 @@
   own part of its row), a referenced slot is never free, every allocated slot is
   referenced (per page), every allocated SWA slot is the peer of an allocated full slot,
   and a tree node's SWA value is its full value's peer (tombstoned leaves are counted).
+
+An all-SWA model (`PureSWARadixCache`, one pool): one stamp array, attention reads the
+window only, a hit's every slot must hold its stamp (no tombstones); conservation of the
+one pool; ownership without the peer rules, plus no slot free twice.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class SglangInstance(Protocol):
     page: int
     full_size: int
     swa_size: int
+    pure: bool  # an all-SWA model: one pool, PureSWARadixCache
     sreqs: dict[str, Any]
     prefix_ids: dict[str, list[int]]
 
@@ -50,6 +55,7 @@ class SglangInstance(Protocol):
 
 RARE_SWA_ONLY = "SWA-only eviction (tombstones made)"
 RARE_BOTH = "eviction of full and SWA"
+RARE_PURE = "eviction from the all-SWA tree"
 
 
 def _ceil(n: int, page: int) -> int:
@@ -57,13 +63,17 @@ def _ceil(n: int, page: int) -> int:
 
 
 class PoolState:
-    """The stamps of both pools, and what the last allocation evicted."""
+    """The stamps of both pools, and what the last allocation evicted. All-SWA (`pure`):
+    one pool, whose slots a request's row holds directly (SGLang's full-to-SWA mapping is
+    the identity there), so the full and the SWA stamps are one array."""
 
-    def __init__(self, full_size: int, swa_size: int, page: int, window: int) -> None:
-        self.page, self.window = page, window
+    def __init__(self, full_size: int, swa_size: int, page: int, window: int,
+                 pure: bool = False) -> None:
+        self.page, self.window, self.pure = page, window, pure
         # SGLang's slot 0 (and page 0) is padding; paged pools index up to size + page.
-        self.full: npt.NDArray[np.int64] = np.zeros(full_size + 2 * page + 1, dtype=np.int64)
         self.swa: npt.NDArray[np.int64] = np.zeros(swa_size + 2 * page + 1, dtype=np.int64)
+        self.full: npt.NDArray[np.int64] = self.swa if pure else \
+            np.zeros(full_size + 2 * page + 1, dtype=np.int64)
         # the tenant (cache salt) of each full slot's writer: a salt does not change the
         # KV, so a hit across salts reads the right stamp and only this tells it apart
         self.tenant: npt.NDArray[np.int64] = np.zeros_like(self.full)
@@ -112,10 +122,12 @@ class PoolState:
                     what: str) -> None:
         """Full attention reads [0, end); the sliding window of the queries from
         `first_query` reads [first_query - window, end) (a query at q attends to
-        q - window ... q, as SGLang's window_left)."""
+        q - window ... q, as SGLang's window_left). An all-SWA model reads the window
+        only."""
         ids = np.asarray(inst.prefix_ids[req.rid][:end], dtype=np.int64)
         full = self._row(inst, req, 0, end)
-        bad = np.nonzero(self.full[full] != ids)[0]
+        bad = np.nonzero(self.full[full] != ids)[0] if not self.pure else \
+            np.zeros(0, dtype=np.int64)
         if len(bad):
             pos = int(bad[0])
             raise CheckFailure("data", f"{req.rid}: {what} reads position {pos} from full "
@@ -139,7 +151,9 @@ class PoolState:
 
     def check_hit(self, inst: SglangInstance, req: Request, slots: list[int], hit: int) -> None:
         """A prefix hit of `hit` tokens: every full slot holds the request's own tokens,
-        and the window the next query reads is live in the SWA pool."""
+        and the window the next query reads is live in the SWA pool. All-SWA: every slot
+        of the hit is the tree's and holds its own position's KV (there are no
+        tombstones: a node's whole value is live)."""
         ids = inst.prefix_ids[req.rid]
         if len(slots) != hit:
             raise CheckFailure("data", f"{req.rid}: a prefix hit of {hit} tokens comes with "
@@ -182,7 +196,10 @@ class PoolState:
     def note_evictions(self, inst: SglangInstance, before: tuple[int, int]) -> None:
         full, swa = self.tree_sizes(inst)
         self.evicted_now = full < before[0] or swa < before[1]
-        if full < before[0]:
+        if self.pure:
+            if self.evicted_now:
+                inst.stats.hit(RARE_PURE)
+        elif full < before[0]:
             inst.stats.hit(RARE_BOTH)
         elif swa < before[1]:
             inst.stats.hit(RARE_SWA_ONLY)
@@ -215,13 +232,19 @@ def _nodes(inst: SglangInstance) -> Iterator[tuple[str, Any, Any, bool]]:
         yield f"tree node {node.id}", full, swa, not node.children
 
 
-def _free_slots(allocator: Any, page: int) -> set[int]:
+def _free_pages(allocator: Any) -> list[int]:
+    """The allocator's free pages (slots at page size 1), as many times as it holds each."""
     if hasattr(allocator, "get_all_free_pages"):
-        pages = [int(p) for p in allocator.get_all_free_pages().tolist()]
-    else:  # releases before it: the free list and the pages freed since its last sort
-        pages = [int(p) for p in allocator.free_pages.tolist()]
-        if allocator.release_pages is not None:
-            pages += [int(p) for p in allocator.release_pages.tolist()]
+        return [int(p) for p in allocator.get_all_free_pages().tolist()]
+    # releases before it: the free list and the pages freed since its last sort
+    pages = [int(p) for p in allocator.free_pages.tolist()]
+    if allocator.release_pages is not None:
+        pages += [int(p) for p in allocator.release_pages.tolist()]
+    return pages
+
+
+def _free_slots(allocator: Any, page: int) -> set[int]:
+    pages = _free_pages(allocator)
     if page == 1:
         return set(pages)
     return {p * page + k for p in pages for k in range(page)}
@@ -229,7 +252,10 @@ def _free_slots(allocator: Any, page: int) -> set[int]:
 
 def check_state(inst: SglangInstance) -> None:
     _check_conservation(inst)
-    _check_ownership(inst)
+    if inst.pure:
+        _check_ownership_pure(inst)
+    else:
+        _check_ownership(inst)
     if not any(True for _ in inst.running()):
         with inst._quiet():
             inst.tree.sanity_check()
@@ -244,11 +270,12 @@ def _check_conservation(inst: SglangInstance) -> None:
     swa_held = sum(s for _, s in per_req)
     if hasattr(t, "swa_transient_size"):
         swa_held += int(t.swa_transient_size())
-    for pool, avail, evictable, protected, held, size in (
-            ("full", a.full_available_size(), t.full_evictable_size(), t.full_protected_size(),
-             full_held, inst.full_size),
-            ("SWA", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
-             swa_held, inst.swa_size)):
+    pools = [("SWA", a.swa_available_size(), t.swa_evictable_size(), t.swa_protected_size(),
+              swa_held, inst.swa_size)]
+    if not inst.pure:  # SGLang skips the full pool where it has no capacity (all-SWA)
+        pools.insert(0, ("full", a.full_available_size(), t.full_evictable_size(),
+                         t.full_protected_size(), full_held, inst.full_size))
+    for pool, avail, evictable, protected, held, size in pools:
         total = int(avail) + int(evictable) + int(protected) + held
         if total != size:
             raise CheckFailure("pool", f"{pool} pool: available {int(avail)} + evictable "
@@ -340,3 +367,59 @@ def _check_ownership(inst: SglangInstance) -> None:
     if stray:
         raise CheckFailure("ownership", f"SWA page {stray[0]} is free but an allocated full "
                            "slot still maps to it")
+
+
+def _check_ownership_pure(inst: SglangInstance) -> None:
+    """The all-SWA model's one pool: a slot is referenced once (by one tree node or by
+    one request's own part of its row, less what it freed out of the window), a request's
+    protected prefix is the tree's, no referenced slot is free, no slot is free twice,
+    every allocated slot is referenced."""
+    page = inst.page
+    owner: dict[int, str] = {}
+
+    def own(slot: int, who: str) -> None:
+        if slot == 0:
+            raise CheckFailure("ownership", f"{who} references padding slot 0")
+        if slot in owner:
+            raise CheckFailure("ownership", f"slot {slot} is referenced by {who} and by "
+                               f"{owner[slot]}: a slot mapped twice")
+        owner[slot] = who
+
+    stack = list(inst.tree.root_node.children.values())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        for slot in node.value.tolist():
+            own(int(slot), f"tree node {node.id}")
+    for req, sreq in inst.running():
+        kv = inst.compat.kv(sreq)
+        row = [int(x) for x in inst.r2t.req_to_token[kv.req_pool_idx,
+                                                        :kv.kv_allocated_len].tolist()]
+        protected = int(kv.cache_protected_len or 0)
+        for pos in range(protected):
+            if row[pos] not in owner:
+                raise CheckFailure("ownership", f"{req.rid}'s row maps position {pos} to "
+                                   f"slot {row[pos]} in its protected prefix ({protected} "
+                                   "tokens), which no tree node holds")
+        dead_lo = inst.compat.swa_dead_lo(sreq, page)
+        evicted = inst.compat.swa_evicted(sreq)
+        for pos in range(protected, len(row)):
+            if not dead_lo <= pos < evicted:  # below: freed out of the window
+                own(row[pos], f"{req.rid} (position {pos})")
+    pages = _free_pages(inst.alloc.swa_attn_allocator)
+    seen: set[int] = set()
+    for p in pages:
+        if p in seen:
+            raise CheckFailure("ownership", f"{'slot' if page == 1 else 'page'} {p} is in "
+                               "the free list twice: a double free")
+        seen.add(p)
+    free = _free_slots(inst.alloc.swa_attn_allocator, page)
+    both = sorted(set(owner) & free)
+    if both:
+        raise CheckFailure("ownership", f"slot {both[0]} is free but still referenced by "
+                           f"{owner[both[0]]}: a free released a slot its caller did not own")
+    allocated = set(range(page, inst.swa_size + page)) - free
+    leaked = sorted({s // page for s in allocated} - {s // page for s in owner})
+    if leaked:
+        raise CheckFailure("ownership", f"{'slot' if page == 1 else 'page'} {leaked[0]} is "
+                           "allocated but no request or tree node references it: a leak")

@@ -15,8 +15,10 @@ release has (an attribute, a module, a parameter name) rather than reading its v
 - the chunk's range: `req.extend_end`, `req.set_extend_range(start, end)` or
   `req.fill_len`;
 - the out-of-window SWA free: `tree.evict_sliding_windows` or the scheduler's own
-  `ScheduleBatch._evict_swa`, inside the allocator's free group where it has one;
-- the chunk checkpoint: `common.checkpoint_kv_cache` or `tree.cache_unfinished_req`;
+  `ScheduleBatch._evict_swa`, inside a free group where the scheduler opens one (0.5.18
+  on);
+- the chunk checkpoint: `common.checkpoint_kv_cache` or `tree.cache_unfinished_req`, in
+  a free group where the scheduler opens one (the prefill's end, from 0.5.18);
 - `release_kv_cache(checkpoint=...)` or `(is_insert=...)`; `release_req`'s keywords;
 - the paged allocator's CPU path: from 0.5.22 it runs its naive readings of the triton
   kernels where triton is missing; before, it launches the kernels whatever the device,
@@ -149,11 +151,12 @@ class Compat:
 
     def swa_dead_lo(self, sreq: Any, page: int) -> int:
         """The lowest position the request itself frees out of the window (below it,
-        the tree's prefix)."""
+        the tree's prefix, and a prefill-aware model's prompt: its `swa_evict_floor`,
+        0.5.15 on; before 0.5.19, `free_swa_out_of_window_slots`' own max of the two)."""
         kv = self.kv(sreq)
         if hasattr(kv, "swa_dead_lo"):
             return int(kv.swa_dead_lo(page))
-        return int(kv.cache_protected_len or 0)
+        return max(int(kv.cache_protected_len or 0), int(getattr(kv, "swa_evict_floor", 0) or 0))
 
     def unified_swa_component(self) -> Any:
         return importlib.import_module(
@@ -236,7 +239,12 @@ class Compat:
 
     def evict_out_of_window(self, tree: Any, r2t: Any, alloc: Any, sreq: Any,
                             pre_len: int) -> None:
-        with self.free_group(alloc):
+        """`ScheduleBatch.maybe_evict_swa` for one request: inside a free group from
+        0.5.18 (the release of `prefill_free_group`), outside any before."""
+        group: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if self.prefill_free_group(alloc):
+            group = self.free_group(alloc)
+        with group:
             if hasattr(tree, "evict_sliding_windows"):
                 tree.evict_sliding_windows(sreq, pre_len)
             else:
@@ -244,13 +252,27 @@ class Compat:
                                               token_to_kv_pool_allocator=alloc)
                 self.batch.ScheduleBatch._evict_swa(batch, sreq, pre_len)
 
-    # The scheduler's result processing checkpoints and finishes a batch's requests
-    # inside one free group; the target's batch is one request.
+    # The scheduler's decode result processing finishes a batch's requests inside one free
+    # group; its prefill result processing checkpoints them inside one from 0.5.18 (not
+    # before), and the stash of a middle chunk (`stash_chunked_request`) is outside any.
+    # The target's batch is one request.
+
+    @staticmethod
+    def prefill_free_group(alloc: Any) -> bool:
+        """Whether the prefill result processing opens a free group: from 0.5.18, the
+        release whose allocators also copy what a group holds (`_copy_for_free_group`);
+        before, a free inside a group kept a view of the `req_to_token` row, which the
+        checkpoint then re-points, and the scheduler opened none there."""
+        return hasattr(alloc, "_copy_for_free_group")
 
     def checkpoint(self, tree: Any, sreq: Any, chunked: bool = True) -> None:
         """Publish a running request's computed tokens: `chunked`, a middle chunk of its
         prefill (the scheduler's stash), else its prefill's end (the result processor's)."""
-        with self.free_group(tree.token_to_kv_pool_allocator):
+        alloc = tree.token_to_kv_pool_allocator
+        group: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if not chunked and self.prefill_free_group(alloc):
+            group = self.free_group(alloc)
+        with group:
             if hasattr(self.common, "checkpoint_kv_cache"):
                 self.common.checkpoint_kv_cache(sreq, tree)
             elif chunked:

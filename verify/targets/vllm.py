@@ -19,7 +19,6 @@ import dataclasses
 import importlib
 import importlib.metadata
 import inspect
-import itertools
 import logging
 import math
 import os
@@ -29,6 +28,7 @@ from typing import Any
 from kvpocket.verify.targets.base import (
     SCHEDULER_STEP,
     CheckFailure,
+    KnownBug,
     StepStats,
     TargetConfig,
     TargetUnavailable,
@@ -99,15 +99,6 @@ NOT_REQUIRED: dict[str, tuple[str, ...]] = {
 # clear of those of the release installed (`VllmTarget(avoid_known=True)`), so that a
 # campaign on an old release goes on past a bug already known to find the next one; a
 # failure that goes away when they are avoided is named as the known one.
-@dataclasses.dataclass(frozen=True)
-class KnownBug:
-    what: str
-    fixed_in: str | None = None
-
-    def present_in(self, version: str) -> bool:
-        return self.fixed_in is None or release(version) < release(self.fixed_in)
-
-
 BUG_ASYNC_LAST_TOKEN = "swa-async-load-last-token"
 BUG_SALT_LORA_NAME = "salt-lora-name-collision"
 BUG_KV_EVENT_LORA_ID = "kv-event-lora-id"
@@ -137,17 +128,6 @@ KNOWN_BUGS = {
         fixed_in="0.11.1"),
 }
 AVOIDED_ADAPTER_PREFIX = "adapter:"  # no salt of the workload starts so (workload.IDENTITIES)
-
-
-def release(version: str) -> tuple[int, ...]:
-    """A release's number as a tuple to compare ("0.10.1.1+cpu" -> (0, 10, 1, 1))."""
-    out: list[int] = []
-    for part in version.split("+")[0].split("."):
-        digits = "".join(itertools.takewhile(str.isdigit, part))
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)
 
 
 # Engine options a preset may set (TargetConfig.options); left out, the served default.
