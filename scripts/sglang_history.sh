@@ -11,7 +11,8 @@
 # start-up, goes in a shared folder, also --no-deps. The target detects which API the
 # loaded release speaks (verify/targets/sglang_compat.py): SWARadixCache up to 0.5.20, the
 # unified tree from 0.5.21. Releases before 0.5.22 have no CPU path in the paged allocator
-# (a triton kernel), so only the token presets run. The all-SWA presets need 0.5.15.post1 or
+# (a triton kernel): the target runs their own naive reading of it (alloc_extend_naive),
+# so the paged presets run there too. The all-SWA presets need 0.5.15.post1 or
 # later (PureSWARadixCache); no release builds swa-paged. The case format and the runner:
 # scripts/history_cases.sh.
 set -euo pipefail
