@@ -8,7 +8,7 @@ parameters per action, each parameter typed by its kind), so one C-level pass pa
 types and bounds a whole line. It decides nothing on its own: a line it accepts is an
 `Event` equal to what the reference reading builds, and a line it refuses goes to the
 reference reading, which raises the message naming the line and the field (or takes the line,
-where the schema was the stricter: the reference is the rule). `tests/trace/test_event_schema.py`
+where the schema was the stricter: the reference is the rule). `tests/traces/test_event_schema.py`
 checks both readings agree, line by line, on every log the repository holds and on a
 corpus of malformed lines.
 """

@@ -872,7 +872,7 @@ def schema_event(lineno: int, raw: bytes) -> Event | None:
 
 def reference_event(lineno: int, text: str, name: str = "event log") -> Event:
     """An event line as the reference reading takes it (the rule the schema is checked
-    against: `tests/trace/test_event_schema.py`); `TraceError` names what is wrong."""
+    against: `tests/traces/test_event_schema.py`); `TraceError` names what is wrong."""
     frame = _Framing(iter(()), name, "event log", True, EVENT_LINE_KEYS)
     obj = frame.line(lineno, text, True)
     if obj is None:
