@@ -40,7 +40,7 @@ for i in $(seq 1 10); do
     break
   fi
   runs=$i
-  if timeout "$budget" "$PY" -m pytest tests/impl -m gpu -q -p no:cacheprovider -rs \
+  if timeout "$budget" "$PY" -m pytest tests/impl tests/oracles -m gpu -q -p no:cacheprovider -rs \
       --junitxml="$OUT/gpu-tests-$i.xml" > "$OUT/gpu-tests-$i.log" 2>&1; then
     passed_runs=$(( passed_runs + 1 ))
   fi

@@ -150,3 +150,13 @@ def test_each_lazy_import_says_why(imp: Import) -> None:
         at -= 1
     pytest.fail(f"{imp.module}:{imp.line}: say why {imp.target} is imported inside "
                 f"{imp.function}() in a comment beside it")
+
+
+def test_the_test_folders_mirror_the_packages() -> None:
+    """One test folder per package: `tests/model`, `tests/impl` (its `backend` included) and
+    one per subpackage of verify/ (`tests/oracles` for `verify/oracles`, ...), and no other."""
+    folders = {p.name for p in (layers.ROOT / "tests").iterdir()
+               if p.is_dir() and any(p.glob("test_*.py"))}
+    packages = {"model", "impl"} | {p.name for p in (layers.ROOT / "verify").iterdir()
+                                    if (p / "__init__.py").is_file()}
+    assert folders == packages

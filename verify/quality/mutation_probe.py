@@ -85,7 +85,7 @@ VERIFIER_KILL_TESTS: dict[str, tuple[str, ...]] = {
                             "tests/test_docs.py::test_generated_sections_are_current[spec.md]"),
     "model/fastcheck.py": _MODEL_TESTS,
     "model/incremental.py": _MODEL_TESTS,
-    "verify/oracles/data.py": ("tests/impl/test_oracle.py", TEETH, "tests/impl/test_stream_sim.py"),
+    "verify/oracles/data.py": ("tests/oracles/test_oracle.py", TEETH, "tests/impl/test_stream_sim.py"),
 }
 VERIFIER_TESTS: tuple[str, ...] = tuple(dict.fromkeys(
     t for ts in VERIFIER_KILL_TESTS.values() for t in ts))

@@ -1,8 +1,12 @@
-"""Shared helpers of the implementation tests (a uniquely named module, not a package)."""
+"""Shared helpers of the tests that build a manager (`tests/impl`, `tests/oracles`): a
+uniquely named module, not a package, at the top of `tests/` so that every folder imports
+it (`tests/conftest.py` puts `tests/` on the path). The fixtures `backend` and `make_mgr`
+are defined here, typed, and taken into a folder by its `conftest.py`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -23,6 +27,25 @@ BACKENDS = [
     pytest.param("numpy", id="numpy"),
     pytest.param("cupy", id="cupy", marks=[pytest.mark.gpu, GPU_SKIP]),
 ]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_mgr(backend: str) -> Iterator[Any]:
+    made: list[KVCacheManager] = []
+
+    def make(cfg: KVConfig, **kw: Any) -> KVCacheManager:
+        m = KVCacheManager(cfg, backend=backend, **kw)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.backend.close()
 
 
 def swa_config(
