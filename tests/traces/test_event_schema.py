@@ -1,14 +1,17 @@
 """The event-line schema (`verify/traces/schema.py`) agrees with the reference reading.
 
 The schema is a fast second reading of the rules `trace._event` and `_Framing.line`
-state. On every line of logs the implementation writes, and on many malformed variants
-of them, both readings must take the same lines and build equal events; a line the
-reference refuses must never be taken by the schema."""
+state. On every line of every log the repository holds (the lockstep regressions of
+`verify/regressions`, whose API lines are event lines and whose page-layer lines both
+readings refuse, and the event log in the docs), on every line of logs the implementation
+writes, and on many malformed variants of them, both readings must take the same lines
+and build equal events; a line the reference refuses must never be taken by the schema."""
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +21,18 @@ import pytest
 from kvpocket.verify.presets import preset
 from kvpocket.verify.traces.record import record
 from kvpocket.verify.traces.trace import (
+    END_KEY,
+    EVENTS_KIND,
     TraceError,
     open_events,
     parse_events,
     reference_event,
     schema_event,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
+# where the repository keeps files (a log written under any of them is found)
+SOURCE_DIRS = ("model", "impl", "verify", "tests", "docs", "scripts")
 
 LOGS = [("tiny", "revalidate", 0), ("offset", "pin", 1), ("three-level", "revalidate", 2),
         ("split-pools", "pin", 3), ("sinks", "pin", 4), ("gpu-only", "revalidate", 5),
@@ -48,11 +57,40 @@ def _event_lines(path: Path) -> list[str]:
     return path.read_text().splitlines()[1:-1]
 
 
-def _reference(text: str) -> Any:
+def _reference(text: str, lineno: int = 2, name: str = "event log") -> Any:
     try:
-        return reference_event(2, text)
+        return reference_event(lineno, text, name)
     except TraceError:
         return None
+
+
+def _committed_logs() -> dict[str, list[str]]:
+    """Every log the repository holds, by its path, as its lines: the `.jsonl` and
+    `.ndjson` files (lockstep traces and event logs), and each block of the docs whose
+    first line is a whole trace or event-log header (the adapter guide's minimal log)."""
+    logs: dict[str, list[str]] = {}
+    for top in SOURCE_DIRS:
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.suffix in (".jsonl", ".ndjson") and path.is_file():
+                logs[str(path.relative_to(ROOT))] = path.read_text().splitlines()
+    for doc in sorted([*(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]):
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", doc.read_text(), flags=re.DOTALL)
+        for i, block in enumerate(blocks):
+            lines = block.splitlines()
+            if lines and _header(lines[0]) is not None:
+                logs[f"{doc.relative_to(ROOT)}#block{i}"] = lines
+    return logs
+
+
+def _header(text: str) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and "kvpocket_trace" in obj else None
+
+
+COMMITTED = _committed_logs()
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -85,6 +123,35 @@ def test_both_readings_take_every_recorded_line_alike(tmp_path: Path) -> None:
         ref = _reference(text)
         assert ref is not None, text  # the implementation writes valid logs
         assert schema_event(2, (text + "\n").encode()) == ref, text
+
+
+def test_the_committed_logs_are_found() -> None:
+    regressions = {n for n in COMMITTED if n.startswith("verify/regressions/")}
+    assert len(regressions) >= 10
+    assert any(n.startswith("docs/adapter-guide.md#") for n in COMMITTED)
+    verdicts = [_reference(text) is None for lines in COMMITTED.values() for text in lines[1:-1]]
+    assert verdicts.count(False) > 300 and verdicts.count(True) > 0  # taken and refused lines
+
+
+@pytest.mark.parametrize("name", sorted(COMMITTED))
+def test_both_readings_agree_on_every_committed_log(name: str) -> None:
+    """Line by line, the same verdict (taken or refused) and, where taken, equal events
+    (their line numbers included); so a log's first refused line is the same too. An
+    event log is also read whole, schema first as `trace check` reads it, and must give
+    the events that the reference reading of each line gives."""
+    lines = COMMITTED[name]
+    header = _header(lines[0])
+    assert header is not None
+    body = lines[1:-1] if END_KEY in lines[-1] else lines[1:]
+    taken: list[Any] = []
+    for lineno, text in enumerate(body, start=2):
+        ref = _reference(text, lineno, name)
+        fast = schema_event(lineno, (text + "\n").encode())
+        assert _same(fast, ref), f"{name}:{lineno}: schema {fast}, reference {ref}"
+        taken.append(ref)
+    if header.get("kind") == EVENTS_KIND:
+        assert None not in taken  # a committed event log is valid: every line is an event
+        assert parse_events(lines, name, allow_unterminated=False).events == taken
 
 
 def test_the_schema_never_takes_a_line_the_reference_refuses(tmp_path: Path) -> None:
