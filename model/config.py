@@ -332,13 +332,6 @@ class KVConfig:
     def pool_group_of(self, lc: int) -> int:
         return self.life_cycles[lc].pool_group
 
-    def life_cycle_index(self, name: str) -> int:
-        for i, lc in enumerate(self.life_cycles):
-            if lc.name == name:
-                return i
-        allowed = ", ".join(lc.name for lc in self.life_cycles)
-        raise ConfigError("life_cycle", f"one of {allowed}", name)
-
     def with_pocket(
         self, enabled: bool = True, policy: PocketPolicy | str | None = None,
         capacity: int | None = None, evict_parked: EvictParked | str | None = None,

@@ -399,13 +399,6 @@ class DecodeOracle:
     def _written(self, kv: KVCache) -> int:
         return min(kv.history + 1, len(self.tokens.get(kv.seq_id, [])), kv.capacity)
 
-    def window_positions(self, kv: KVCache, lc: int) -> np.ndarray[Any, Any]:
-        """Token positions attention reads at history h: sink tokens plus [h+1-w, h]."""
-        segs = window_segments(self.mgr.cfg.life_cycles[lc], kv.history, self._written(kv))
-        if not segs:
-            return np.zeros(0, dtype=np.int64)
-        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in segs])
-
     def _bounds(self, kvs: Sequence[KVCache],
                 rows: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         """Per segment, segment-major then sequence (see `_seg_lc`): the token range [a, b)

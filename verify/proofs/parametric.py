@@ -213,10 +213,6 @@ def _ops(v: View) -> tuple[EprOps, EprLayout]:
     return EprOps(v.uni), EprLayout(v.uni.cfg, v.uni)
 
 
-def _moving(v: View, p: Any) -> Any:
-    return v.dst_level(p) != -1
-
-
 def _pg(v: View, p: Any) -> Any:
     ops, lay = _ops(v)
     return pool_group(ops, lay, v.lc(p))

@@ -186,10 +186,6 @@ ZOO: dict[str, ZooBug] = {b.name: b for b in (
 )}
 
 
-def zoo_params() -> list[str]:
-    return list(ZOO)
-
-
 # ---- running one zoo bug ---------------------------------------------------------------
 
 
