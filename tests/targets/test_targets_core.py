@@ -187,6 +187,7 @@ def test_an_engine_assertion_while_finishing_is_a_found_engine_failure() -> None
 
     class StandIn:
         name = "stand-in"
+        default_examples = 10
 
         def version(self) -> str:
             return "0"
@@ -309,6 +310,7 @@ class _KnownBugs:
     is steered clear of, whatever is done about "a"."""
 
     name = "stand-in"
+    default_examples = 10
 
     def __init__(self, only: tuple[str, ...] | None = None, avoiding: bool = False) -> None:
         self.only, self.avoiding = only, avoiding
@@ -326,8 +328,14 @@ class _KnownBugs:
     def known_bugs(self) -> dict[str, str]:
         return {n: w for n, w in self.bugs.items() if self.only is None or n in self.only}
 
+    def avoided(self) -> tuple[str, ...]:
+        return tuple(self.known_bugs()) if self.avoiding else ()
+
     def without_known_bugs(self, only: tuple[str, ...] | None = None) -> _KnownBugs | None:
-        return None if self.avoiding else _KnownBugs(only, avoiding=True)
+        from kvpocket.verify.targets.base import widened_avoidance
+
+        names = widened_avoidance(self.bugs, self.avoided(), only)
+        return None if names is None else _KnownBugs(names, avoiding=True)
 
     def build(self, cfg: TargetConfig) -> _FailsUnlessAvoided:
         return _FailsUnlessAvoided(set(self.known_bugs()) if self.avoiding else set())
@@ -339,8 +347,21 @@ def test_of_two_known_bugs_the_one_whose_avoidance_alone_passes_is_named() -> No
     cfg = TargetConfig("t", block_size=2, num_blocks=4, groups=("full",), sliding_window=0,
                        max_model_len=8)
     assert known_bug(_KnownBugs(), cfg, [Op("finish", (0,))]) == "b: bug b"
+    # steering clear of "a" alone, the failure is still the known "b", named as such
+    assert known_bug(_KnownBugs(("a",), avoiding=True), cfg, [Op("finish", (0,))]) == \
+        "b: bug b"
     # a failure no known bug explains is a new finding
     assert known_bug(_KnownBugs(avoiding=True), cfg, [Op("finish", (0,))]) is None
+
+
+def test_avoidance_widens_by_the_bugs_present_and_not_yet_avoided() -> None:
+    from kvpocket.verify.targets.base import widened_avoidance
+
+    assert widened_avoidance(("a", "b"), (), None) == ("a", "b")
+    assert widened_avoidance(("a", "b"), ("a",), None) == ("a", "b")
+    assert widened_avoidance(("a", "b"), ("a",), ("b",)) == ("a", "b")
+    assert widened_avoidance(("a", "b"), ("a", "b"), None) is None  # nothing to add
+    assert widened_avoidance(("a",), (), ("c",)) is None  # not a bug of this release
 
 
 def test_avoid_known_takes_all_or_the_names_the_release_lists() -> None:
@@ -350,7 +371,7 @@ def test_avoid_known_takes_all_or_the_names_the_release_lists() -> None:
         pass
 
     every: Any = _steered_clear(_KnownBugs(), "all", "stand-in 1", Usage)
-    assert isinstance(every, _KnownBugs) and every.avoiding and every.only is None
+    assert isinstance(every, _KnownBugs) and every.avoiding and set(every.known_bugs()) == {"a", "b"}
     one: Any = _steered_clear(_KnownBugs(), "b", "stand-in 1", Usage)
     assert isinstance(one, _KnownBugs) and one.known_bugs() == {"b": "bug b"}
     with pytest.raises(Usage, match=r"--avoid-known: expected 'all' or names of known bugs "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,6 +43,16 @@ class KnownBug:
 
     def present_in(self, version: str) -> bool:
         return self.fixed_in is None or release(version) < release(self.fixed_in)
+
+
+def widened_avoidance(present: Iterable[str], avoided: Iterable[str],
+                      only: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The known bugs a target steers clear of once it also steers clear of `only` (None:
+    every bug `present` in the release) on top of those it already `avoided`; None when
+    that adds none (`without_known_bugs`)."""
+    have = set(avoided)
+    wanted = have | (set(present) if only is None else set(only) & set(present))
+    return None if wanted == have else tuple(sorted(wanted))
 
 
 def release(version: str) -> tuple[int, ...]:
@@ -173,6 +183,10 @@ class Instance(Protocol):
 
 class Target(Protocol):
     name: str
+    # The default command's budget in examples, chosen by measurement for this target's
+    # workload (its docs page, "the default budget"): every rare state reached on every
+    # preset, with a margin.
+    default_examples: int
 
     def version(self) -> str:
         """The engine's version, as the first line of every report shows it."""

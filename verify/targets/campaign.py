@@ -95,7 +95,8 @@ def known_bug(target: Target, cfg: TargetConfig, ops: list[Op]) -> str | None:
     safe = steer_clear()
     if safe is None or not _passes(safe, cfg, ops):
         return None
-    bugs = safe.known_bugs()
+    already = set(getattr(target, "avoided", tuple)())  # those it steered clear of itself
+    bugs = {name: what for name, what in safe.known_bugs().items() if name not in already}
     if len(bugs) > 1:
         for name in bugs:
             alone = steer_clear(only=(name,))

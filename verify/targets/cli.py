@@ -34,9 +34,6 @@ from kvpocket.verify.usage import (
 )
 from kvpocket.verify.verdicts import target_verdict
 
-# Chosen by measurement (docs/targets/vllm.md, "Rare states and the default budget"): the
-# latest first reach of a rare state, 2,000 examples per preset at seed 0, with a margin.
-DEFAULT_EXAMPLES = 3000
 # Options of the lockstep campaign a target campaign does not take (flag, default).
 LOCKSTEP_ONLY = (("--policy", "policy", None), ("--minutes", "minutes", None),
                  ("--workers", "workers", None), ("--database", "database", None),
@@ -104,7 +101,7 @@ def run_target_fuzz(args: argparse.Namespace, error: type[Exception]) -> int:
         print(f"replay of {len(ops)} ops: passes every check")
         return 0
     use_hypothesis_home(args.out)
-    report = run_campaign(target, presets[name], examples=args.examples or DEFAULT_EXAMPLES,
+    report = run_campaign(target, presets[name], examples=args.examples or target.default_examples,
                           steps=args.steps or DEFAULT_STEPS, campaign_seed=args.seed,
                           out_dir=args.out, show_progress=not args.no_progress)
     known = None if report.failure is None else known_bug(target, presets[name],

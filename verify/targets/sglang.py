@@ -31,7 +31,7 @@ import io
 import logging
 import os
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kvpocket.verify.targets.base import (
@@ -43,6 +43,7 @@ from kvpocket.verify.targets.base import (
     TargetUnavailable,
     installed_version,
     is_installed,
+    widened_avoidance,
 )
 from kvpocket.verify.targets.data_oracle import PrefixStamps
 from kvpocket.verify.targets.sglang_checks import PoolState, check_state
@@ -661,14 +662,25 @@ class SglangInstance:
         self.state.write(self, req, start, end)
         self.state.check_reads(self, req, start, end, "attention of this step")
 
-    def _steer_floor(self, sreq: Any, insert: bool) -> None:
-        """Steers a release clear of the known bugs avoided (`KNOWN_BUGS`): a request that
-        freed KV out of the window gets the floor a prefill-aware model's has (its
-        protected prefix: the release then keeps or frees nothing below the window frees'
-        start twice); one released without the insert before its first window free (its
-        SWA cursor still 0), the floor of a model that is not (0: its whole own part is
-        freed)."""
+    @contextlib.contextmanager
+    def _steered_floor(self, sreq: Any, insert: bool) -> Iterator[None]:
+        """Steers the release inside clear of the known bugs avoided (`KNOWN_BUGS`): a
+        request that freed KV out of the window gets the floor a prefill-aware model's has
+        (its protected prefix: the release then keeps or frees nothing below the window
+        frees' start twice); one released without the insert before its first window free
+        (its SWA cursor still 0), the floor of a model that is not (0: its whole own part
+        is freed). The request's own floor comes back after the release: a retracted
+        request is admitted again as the model it is."""
         kv = self.compat.kv(sreq)
+        own = getattr(kv, "swa_evict_floor", None)
+        try:
+            self._steer_floor(sreq, kv, insert)
+            yield
+        finally:
+            if own is not None:
+                kv.swa_evict_floor = own
+
+    def _steer_floor(self, sreq: Any, kv: Any, insert: bool) -> None:
         floor = int(getattr(kv, "swa_evict_floor", 0) or 0)
         protected = int(kv.cache_protected_len or 0)
         recache = BUG_PURE_RECACHE if insert else BUG_PURE_REFREE
@@ -696,8 +708,10 @@ class SglangInstance:
             floor = int(getattr(kv, "swa_evict_floor", 0) or 0)
             if floor and int(kv.kv_allocated_len) > floor and not self.compat.swa_evicted(sreq):
                 self.stats.hit(RARE_PURE_RETRACT_SHIELDED)
-            self._steer_floor(sreq, insert=False)
-        self.compat.release_req(sreq, self.r2t, self.alloc, self.tree)
+            with self._steered_floor(sreq, insert=False):
+                self.compat.release_req(sreq, self.r2t, self.alloc, self.tree)
+        else:
+            self.compat.release_req(sreq, self.r2t, self.alloc, self.tree)
         req.running, req.computed = False, 0
         self.retracted.add(req.rid)
         self.stats.hit("retracted")
@@ -712,8 +726,10 @@ class SglangInstance:
         evicted = self.compat.swa_evicted(sreq)
         window_freed = self.pure and self._window_freed(sreq)
         if self.pure:
-            self._steer_floor(sreq, insert=True)
-        self.compat.release(self.tree, sreq)
+            with self._steered_floor(sreq, insert=True):
+                self.compat.release(self.tree, sreq)
+        else:
+            self.compat.release(self.tree, sreq)
         if window_freed:
             self.stats.hit(RARE_PURE_FINISH_AFTER_WINDOW)
             self.finished_after_window.update(self.prefix_ids[req.rid])
@@ -773,6 +789,9 @@ class SglangInstance:
 
 class SglangTarget:
     name = "sglang"
+    # Chosen by measurement (docs/targets/sglang.md, "Rare states"): every rare state of
+    # every preset reached by seed 0 with a margin.
+    default_examples = 3000
 
     def __init__(self, allocator_class: type | None = None,
                  on_build: Callable[[SglangInstance], None] | None = None,
@@ -804,10 +823,21 @@ class SglangTarget:
 
     def without_known_bugs(self, only: tuple[str, ...] | None = None) -> SglangTarget | None:
         """This target steered clear of the installed release's known engine bugs, or of
-        those named in `only`; None when it already is, or the release has none."""
-        if self.avoid_known or not self.known_bugs():
+        those named in `only`, on top of those it already avoids; None when that adds
+        none."""
+        names = widened_avoidance(self.present_bugs(), self.avoided(), only)
+        if names is None:
             return None
-        return SglangTarget(self.allocator_class, self.on_build, avoid_known=True, only=only)
+        return SglangTarget(self.allocator_class, self.on_build, avoid_known=True, only=names)
+
+    def present_bugs(self) -> tuple[str, ...]:
+        """The known engine bugs present in the installed release (`KNOWN_BUGS`)."""
+        version = sglang_version()
+        return tuple(name for name, bug in KNOWN_BUGS.items() if bug.present_in(version))
+
+    def avoided(self) -> tuple[str, ...]:
+        """The known engine bugs this target steers clear of."""
+        return tuple(self.known_bugs()) if self.avoid_known else ()
 
     def known_bugs(self) -> dict[str, str]:
         """The known engine bugs of the installed release: name -> what."""

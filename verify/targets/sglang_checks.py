@@ -283,26 +283,30 @@ def _check_conservation(inst: SglangInstance) -> None:
                                f"requests {held} = {total}, not its size {size}")
 
 
+def _own(table: dict[int, str], slot: int, who: str, pool: str = "") -> None:
+    """Records `who` as the one referent of `slot` (of `pool`, where the model has two)."""
+    name = f"{pool} slot" if pool else "slot"
+    if slot == 0:
+        raise CheckFailure("ownership", f"{who} references {pool + ' ' if pool else ''}"
+                           "padding slot 0")
+    if slot in table:
+        raise CheckFailure("ownership", f"{name} {slot} is referenced by {who} and by "
+                           f"{table[slot]}: a slot mapped twice")
+    table[slot] = who
+
+
 def _check_ownership(inst: SglangInstance) -> None:
     a, page = inst.alloc, inst.page
     mapping = a.full_to_swa_index_mapping
     full_owner: dict[int, str] = {}
     swa_owner: dict[int, str] = {}
 
-    def own(table: dict[int, str], slot: int, who: str, pool: str) -> None:
-        if slot == 0:
-            raise CheckFailure("ownership", f"{who} references {pool} padding slot 0")
-        if slot in table:
-            raise CheckFailure("ownership", f"{pool} slot {slot} is referenced by {who} and "
-                               f"by {table[slot]}: a slot mapped twice")
-        table[slot] = who
-
     for who, fv, sv, leaf in _nodes(inst):
         if fv is None:
             continue  # evicted from the device
         full = [int(x) for x in fv.tolist()]
         for slot in full:
-            own(full_owner, slot, who, "full")
+            _own(full_owner, slot, who, "full")
         if sv is not None:
             swa = [int(x) for x in sv.tolist()]
             peers = [int(mapping[s]) for s in full]
@@ -310,7 +314,7 @@ def _check_ownership(inst: SglangInstance) -> None:
                 raise CheckFailure("ownership", f"{who}: its SWA value {swa} is not the "
                                    f"SWA peers of its full value {full} ({peers})")
             for slot in swa:
-                own(swa_owner, slot, who, "SWA")
+                _own(swa_owner, slot, who, "SWA")
         elif leaf:
             # The unified tree keeps leaves whose SWA part was evicted (its SWA-only
             # eviction tombstones leaves); counted, not failed (docs/targets/sglang.md).
@@ -327,14 +331,14 @@ def _check_ownership(inst: SglangInstance) -> None:
                                    f"({protected} tokens), which no tree node holds")
         swa_from = max(protected, inst.compat.swa_evicted(sreq))
         for pos in range(protected, len(row)):
-            own(full_owner, row[pos], f"{req.rid} (position {pos})", "full")
+            _own(full_owner, row[pos], f"{req.rid} (position {pos})", "full")
             peer = int(mapping[row[pos]])
             if pos >= swa_from:
                 if peer == 0:
                     raise CheckFailure("ownership", f"{req.rid} position {pos} (full slot "
                                        f"{row[pos]}) is past its SWA eviction point "
                                        f"{swa_from} but has no SWA slot mapped")
-                own(swa_owner, peer, f"{req.rid} (position {pos})", "SWA")
+                _own(swa_owner, peer, f"{req.rid} (position {pos})", "SWA")
             elif peer != 0 and not (inst.compat.swa_dead_lo(sreq, page) > pos):
                 raise CheckFailure("ownership", f"{req.rid} position {pos} was freed out of "
                                    f"the window but its full slot {row[pos]} still maps "
@@ -377,20 +381,12 @@ def _check_ownership_pure(inst: SglangInstance) -> None:
     page = inst.page
     owner: dict[int, str] = {}
 
-    def own(slot: int, who: str) -> None:
-        if slot == 0:
-            raise CheckFailure("ownership", f"{who} references padding slot 0")
-        if slot in owner:
-            raise CheckFailure("ownership", f"slot {slot} is referenced by {who} and by "
-                               f"{owner[slot]}: a slot mapped twice")
-        owner[slot] = who
-
     stack = list(inst.tree.root_node.children.values())
     while stack:
         node = stack.pop()
         stack.extend(node.children.values())
         for slot in node.value.tolist():
-            own(int(slot), f"tree node {node.id}")
+            _own(owner, int(slot), f"tree node {node.id}")
     for req, sreq in inst.running():
         kv = inst.compat.kv(sreq)
         row = [int(x) for x in inst.r2t.req_to_token[kv.req_pool_idx,
@@ -405,7 +401,7 @@ def _check_ownership_pure(inst: SglangInstance) -> None:
         evicted = inst.compat.swa_evicted(sreq)
         for pos in range(protected, len(row)):
             if not dead_lo <= pos < evicted:  # below: freed out of the window
-                own(row[pos], f"{req.rid} (position {pos})")
+                _own(owner, row[pos], f"{req.rid} (position {pos})")
     pages = _free_pages(inst.alloc.swa_attn_allocator)
     seen: set[int] = set()
     for p in pages:

@@ -34,8 +34,9 @@ from kvpocket.verify.targets.base import (
     TargetUnavailable,
     installed_version,
     is_installed,
+    widened_avoidance,
 )
-from kvpocket.verify.targets.data_oracle import PrefixStamps, StampArray
+from kvpocket.verify.targets.data_oracle import GROUP_BITS, PrefixStamps, StampArray
 from kvpocket.verify.targets.vllm_eventlog import EventLogWriter, check_event_log
 from kvpocket.verify.targets.vllm_events import ConsumerView, check_kv_events, event_hash
 from kvpocket.verify.targets.vllm_inputs import (
@@ -50,7 +51,19 @@ from kvpocket.verify.targets.vllm_inputs import (
     request_kwargs,
 )
 from kvpocket.verify.targets.vllm_pool import PoolView, check_pool
-from kvpocket.verify.targets.workload import Identity, Op, Request, Requests, filler_length
+from kvpocket.verify.targets.workload import (
+    IMAGE_ELSEWHERE,
+    OTHER_ADAPTER,
+    OTHER_EMBEDS,
+    OTHER_IMAGES,
+    OTHER_TENANT,
+    Identity,
+    Op,
+    Request,
+    Requests,
+    collision_kinds,
+    filler_length,
+)
 
 # Counted once per example whose event log is not checked: groups of different block sizes,
 # or a KV connector load (the kvpocket model has no tokens computed elsewhere).
@@ -78,20 +91,31 @@ RARE_LOAD_AFTER_PREEMPT = "KV load landed after a preemption"
 RARE_CROSS_GROUP_REACH = "KV load whose allocation reaches another group's hit"
 RARE_SALT_HIT = "prefix hit under a cache salt"
 RARE_LORA_HIT = "prefix hit under a LoRA adapter"
+# The state a hashing bug of an input needs, one per kind of input (an adapter, a salt,
+# images, an image's position, embeddings): a request admitted while the pool caches a
+# block of its own token ids, as the engine sees them, computed under other inputs or
+# written by another tenant (`_collisions_tried`).
+_OVER = "admitted over a cached block of its tokens"
+RARE_COLLISIONS = {OTHER_TENANT: f"{_OVER} written by another tenant",
+                   OTHER_ADAPTER: f"{_OVER} computed under another adapter",
+                   OTHER_IMAGES: f"{_OVER} computed with other images",
+                   IMAGE_ELSEWHERE: f"{_OVER} computed with its images shifted",
+                   OTHER_EMBEDS: f"{_OVER} computed from other embeddings"}
 # Asynchronous scheduling only (OPT_ASYNC): a KV load's blocks are chosen while a step in
 # flight still uses a block its request no longer holds (freed, deferred or pruned).
 RARE_LOAD_PAST_IN_FLIGHT = "KV load admitted while a step in flight uses a freed block"
 RARE_STATES = (RARE_HIT_FULL_POOL, RARE_RECLAIMED, RARE_PREEMPT_HIT, RARE_RESET_LOAD,
                RARE_SYNC_LOAD, RARE_ASYNC_LOAD, RARE_LOAD_HIT, RARE_LOAD_AFTER_FINISH,
                RARE_LOAD_AFTER_PREEMPT, RARE_CROSS_GROUP_REACH, RARE_SALT_HIT, RARE_LORA_HIT,
-               *RARE_INPUT_STATES)
+               *RARE_COLLISIONS.values(), *RARE_INPUT_STATES)
 
 # Rare states a preset's default budget does not reach, by measurement (docs/targets/vllm.md,
 # "Rare states and the default budget"): still counted in its reports, not required of it,
 # so that its clean run is not INCOMPLETE for a state it was never shown to reach.
 NOT_REQUIRED: dict[str, tuple[str, ...]] = {
     "hybrid-eagle": (RARE_CROSS_GROUP_REACH,),  # not in 8,000 examples (seed 0)
-    "mixed": (RARE_CROSS_GROUP_REACH,),  # first at example 3,467 of 8,000 (seed 0)
+    "mixed": (RARE_CROSS_GROUP_REACH,),  # not in 8,000 examples (seed 0)
+    "hybrid-interval": (RARE_CROSS_GROUP_REACH,),  # not in 8,000 examples (seed 0)
 }
 
 # Engine bugs the default still reports, each with its write-up and the release that fixed
@@ -143,10 +167,20 @@ INSTALL_HINT = ("vLLM is not installed in this Python: pip install 'kvpocket[vll
 
 PRESETS: dict[str, TargetConfig] = {
     p.name: p for p in (
+        # The default: the pinned release as it serves a hybrid model, asynchronous
+        # scheduling included (VllmConfig turns it on unless something rules it out).
+        # 16 blocks, not 11: the frees deferred past a step in flight hold blocks, and a
+        # load admitted meanwhile needs room (the rare states' first reach, measured).
+        TargetConfig("hybrid-async", block_size=2, num_blocks=16, groups=("full", "swa"),
+                     sliding_window=4, max_model_len=20, options=((OPT_ASYNC, True),),
+                     description="the served default: a full-attention and a sliding-window "
+                     "group sharing one pool, window of 2 blocks, under asynchronous "
+                     "scheduling (each step still in flight while the next is scheduled)"),
+        # One step at a time, as vLLM schedules when asynchronous scheduling is off.
         TargetConfig("hybrid", block_size=2, num_blocks=11, groups=("full", "swa"),
                      sliding_window=4, max_model_len=20,
-                     description="a full-attention and a sliding-window group sharing one "
-                     "pool (the hybrid allocator), window of 2 blocks"),
+                     description="the default's groups scheduled one step at a time "
+                     "(asynchronous scheduling off), 11 blocks"),
         TargetConfig("swa", block_size=2, num_blocks=6, groups=("swa",), sliding_window=5,
                      max_model_len=20,
                      description="sliding window only, window 5 tokens: (w-1) mod t = 0, so "
@@ -183,12 +217,6 @@ PRESETS: dict[str, TargetConfig] = {
         TargetConfig("swa-dense", block_size=2, num_blocks=6, groups=("swa",),
                      sliding_window=5, max_model_len=20, options=((OPT_RETENTION, None),),
                      description="the swa preset, cached densely"),
-        # 16 blocks, not 11: the frees deferred past a step in flight hold blocks, and a
-        # load admitted meanwhile needs room (the rare states' first reach, measured).
-        TargetConfig("hybrid-async", block_size=2, num_blocks=16, groups=("full", "swa"),
-                     sliding_window=4, max_model_len=20, options=((OPT_ASYNC, True),),
-                     description="the hybrid groups under asynchronous scheduling: each step "
-                     "still in flight while the next is scheduled"),
     )
 }
 
@@ -346,6 +374,10 @@ class VllmInstance:
                                                          range(len(cfg.groups)))))
         self.prefix = PrefixStamps()
         self.prefix_ids: dict[str, list[int]] = {}
+        # prefix id -> the token ids the engine saw up to that position and the identity
+        # of the first request that reached it: what a block holding that prefix's KV is
+        # hashed over, inputs aside, and the inputs it was computed under.
+        self.engine_tokens_of: dict[int, tuple[tuple[int, ...], Identity]] = {}
         # vLLM's block hash (without the group) -> (first token position, prefix ids of the
         # positions it covers): the content a cached block must hold, learnt from each
         # request's own hash list (at the hash block size, which a group's blocks may be a
@@ -531,6 +563,7 @@ class VllmInstance:
         root = self.prefix.rooted(None if adapter is None else ("lora", adapter[2]))
         keyed = keyed_tokens(self.prefix, req.tokens, req.identity.inputs)
         self.prefix_ids[req.rid] = self.prefix.of(keyed, [], root)
+        self._note_engine_tokens(req, 0)
         # vLLM hashes a prompt on arrival: what each hash stands for is known from then
         # on, so a block cached under it before it is written is caught.
         self._learn_hashes(req.rid)
@@ -687,6 +720,7 @@ class VllmInstance:
         if len(req.tokens) > before:
             vreq.append_output_token_ids(req.tokens[-1])
             self.prefix.of(req.tokens, self.prefix_ids[req.rid])
+            self._note_engine_tokens(req, len(req.tokens) - 1)
             count_decode(self.stats, req, self.cfg.block_size)
         start = req.computed
         if self.tracing:
@@ -708,6 +742,8 @@ class VllmInstance:
         hit, then (with `load`) up to that many tokens past it computed elsewhere (a KV
         connector's `get_num_new_matched_tokens`), loaded at once or, with `delay`, by an
         asynchronous load the request waits for (`WAITING_FOR_REMOTE_KVS`)."""
+        for kind in self._collisions_tried(req):
+            self.stats.hit(RARE_COLLISIONS[kind])
         blocks, hit, *_ = self.mgr.get_computed_blocks(vreq)
         hit = int(hit)
         ids = [[b.block_id for b in blocks]] if isinstance(blocks, list) \
@@ -770,6 +806,38 @@ class VllmInstance:
         req.running = True
         vreq.status = self.api.request.RequestStatus.RUNNING
         self._compute(req, vreq, hit + ext, hit + ext + n)
+
+    def _engine_tokens(self, req: Request) -> list[int]:
+        """The token ids vLLM holds for the request (zeros at embedded positions)."""
+        held = getattr(self.vreqs.get(req.rid), "all_token_ids", None)
+        return list(req.tokens) if held is None else [int(t) for t in held]
+
+    def _note_engine_tokens(self, req: Request, start: int) -> None:
+        tokens = self._engine_tokens(req)
+        ids = self.prefix_ids[req.rid]
+        for p in range(start, min(len(ids), len(tokens))):
+            self.engine_tokens_of.setdefault(ids[p], (tuple(tokens[:p + 1]), req.identity))
+
+    def _collisions_tried(self, req: Request) -> set[str]:
+        """How the blocks the pool caches of a prefix of this request's token ids (as the
+        engine sees them) differ from its own (`workload.collision_kinds`): computed under
+        other inputs, or written by another tenant. A hit on one would be wrong, and a
+        block hash that leaves that input out makes it (found by the data oracle, or as an
+        isolation failure)."""
+        tokens = tuple(self._engine_tokens(req)[:req.prompt_len])
+        out: set[str] = set()
+        for key, block in self.pool.cached_entries():
+            if self.pool.is_null(block):
+                continue
+            bs = self.cfg.group_block_size(self.pool.split_key(key)[1])
+            pid = int(self.stamps.block_row(block.block_id)[bs - 1]) >> GROUP_BITS
+            seen, writer = self.engine_tokens_of.get(pid, ((), req.identity))
+            n = len(seen)
+            if n and n <= len(tokens) and tokens[:n] == seen:
+                writer = dataclasses.replace(
+                    writer, salt=self.block_tenant.get(block.block_id, writer.salt))
+                out |= collision_kinds(req.identity, writer, n)
+        return out
 
     def _reclaimed(self, hashes: list[Any]) -> bool:
         """Whether a block of this prompt was cached once, then evicted, and is not cached
@@ -1051,6 +1119,10 @@ TRACE_CHECKS = ("strict", "report", "off")
 
 class VllmTarget:
     name = "vllm"
+    # Chosen by measurement (docs/targets/vllm.md, "Rare states and the default budget"):
+    # the latest first reach of a rare state or a planted bug, 8,000 examples per preset
+    # at seed 0, with a margin.
+    default_examples = 8000
 
     def __init__(self, swa_manager_class: type | None = None, trace_check: str | None = None,
                  on_build: Callable[[VllmInstance], None] | None = None,
@@ -1085,28 +1157,40 @@ class VllmTarget:
             a = api()
         except TargetUnavailable:
             return out
-        dropped = {RARE_IMAGE_HIT} if not a.carries_images else set()
+        dropped = set() if a.carries_images else {
+            RARE_IMAGE_HIT, RARE_COLLISIONS[OTHER_IMAGES], RARE_COLLISIONS[IMAGE_ELSEWHERE]}
         if not a.carries_embeds:
-            dropped.add(RARE_EMBEDS_HIT)
+            dropped.update((RARE_EMBEDS_HIT, RARE_COLLISIONS[OTHER_EMBEDS]))
         if not a.carries_salt:
-            dropped.add(RARE_SALT_HIT)
+            dropped.update((RARE_SALT_HIT, RARE_COLLISIONS[OTHER_TENANT]))
         if not a.loads:
             dropped.update((RARE_SYNC_LOAD, RARE_ASYNC_LOAD, RARE_LOAD_HIT,
                             RARE_LOAD_AFTER_FINISH, RARE_LOAD_AFTER_PREEMPT,
                             RARE_CROSS_GROUP_REACH, RARE_LOAD_PAST_IN_FLIGHT))
         if self.avoid_known and BUG_KV_EVENT_LORA_ID in self.known_bugs():
             dropped.add(RARE_LORA_HIT)  # steered clear of by sending no adapter
+            dropped.add(RARE_COLLISIONS[OTHER_ADAPTER])
         return tuple(r for r in out if r not in dropped)
 
     def without_known_bugs(self, only: tuple[str, ...] | None = None) -> VllmTarget | None:
         """This target steered clear of the installed release's known engine bugs
-        (`KNOWN_BUGS`), or of those named in `only`, everything else the same; None when it
-        already is, or the release has none (`campaign.known_bug` names the bug a failure
-        reaches)."""
-        if self.avoid_known or not self.known_bugs():
+        (`KNOWN_BUGS`), or of those named in `only`, on top of those it already avoids,
+        everything else the same; None when that adds none (`campaign.known_bug` names
+        the bug a failure reaches)."""
+        names = widened_avoidance(self.present_bugs(), self.avoided(), only)
+        if names is None:
             return None
         return VllmTarget(self.swa_manager_class, self.trace_check, self.on_build,
-                          avoid_known=True, only=only)
+                          avoid_known=True, only=names)
+
+    def present_bugs(self) -> tuple[str, ...]:
+        """The known engine bugs present in the installed release (`KNOWN_BUGS`)."""
+        version = vllm_version()
+        return tuple(name for name, bug in KNOWN_BUGS.items() if bug.present_in(version))
+
+    def avoided(self) -> tuple[str, ...]:
+        """The known engine bugs this target steers clear of."""
+        return tuple(self.known_bugs()) if self.avoid_known else ()
 
     def known_bugs(self) -> dict[str, str]:
         """The known engine bugs of the installed release: name -> what."""

@@ -88,6 +88,40 @@ class Identity:
     inputs: Inputs = field(default_factory=Inputs)
 
 
+# What two requests of the same token ids can differ in, as far as a prefix of them goes
+# (`collision_kinds`): each a way for a block hash to leave an input out.
+OTHER_TENANT = "another tenant"
+OTHER_ADAPTER = "another adapter"
+OTHER_IMAGES = "other images"
+IMAGE_ELSEWHERE = "the same images shifted"
+OTHER_EMBEDS = "other embeddings"
+COLLISION_KINDS = (OTHER_TENANT, OTHER_ADAPTER, OTHER_IMAGES, IMAGE_ELSEWHERE, OTHER_EMBEDS)
+
+
+def collision_kinds(mine: Identity, theirs: Identity, n: int) -> set[str]:
+    """How the first `n` tokens of two requests of the same token ids differ besides them:
+    the tenant, the adapter's weights, the images there (other images or another order,
+    or the same images in the same order at other positions), the embeddings there (their
+    tables or positions)."""
+    out = set()
+    if mine.salt != theirs.salt:
+        out.add(OTHER_TENANT)
+    if (mine.adapter and mine.adapter[2]) != (theirs.adapter and theirs.adapter[2]):
+        out.add(OTHER_ADAPTER)
+    a = sorted((i.offset, i.image) for i in mine.inputs.images if i.offset < n)
+    b = sorted((i.offset, i.image) for i in theirs.inputs.images if i.offset < n)
+    if a != b:  # the same images in the same order, shifted: only their offsets tell
+        in_order = [x for _, x in a] == [x for _, x in b]
+        out.add(IMAGE_ELSEWHERE if in_order else OTHER_IMAGES)
+    embedded = [(p, e.table) for e in (mine.inputs.embeds,) if e is not None
+                for p in mine.inputs.embedded(n) if p < n]
+    theirs_embedded = [(p, e.table) for e in (theirs.inputs.embeds,) if e is not None
+                       for p in theirs.inputs.embedded(n) if p < n]
+    if embedded != theirs_embedded:
+        out.add(OTHER_EMBEDS)
+    return out
+
+
 # Salts and adapter names drawn from one small set of strings, so that collisions are
 # tried: two adapters share the name "a" (different weights), a salt is named "a" too.
 IDENTITIES = (Identity(), Identity(salt="a"), Identity(salt="b"),
@@ -95,14 +129,19 @@ IDENTITIES = (Identity(), Identity(salt="a"), Identity(salt="b"),
               Identity(adapter=("a", 2, "/adapters/a-v2")),
               Identity(adapter=("b", 3, "/adapters/b")),
               Identity(salt="a", adapter=("a", 1, "/adapters/a")))
+# Each identity's partner, what `again` with bit 1 of `other` set re-sends under: the
+# same tokens under another tenant (unsalted to salted, one salt to another), under the
+# adapter named like the salt, under the other adapter of the same name, without the
+# adapter (the base model's KV).
+IDENTITY_PARTNERS = (1, 3, 1, 4, 3, 0, 1)
 
 # The inputs an arrival may carry (the `arrive` op's fifth argument), all from position 2 on
 # (a prompt's first block stays shareable with plain prompts of its tokens). Pairs that
 # try collisions: 1 and 2 hold the same placeholder tokens with different images (one
 # image spanning a block boundary), as do 3 and 4 (two images in one block, one ending at
 # 7, so that a decode step completes its last block of an odd prompt); 5 and 6 hold the
-# same tokens and the same image at different offsets of one block, the positions before
-# it placeholders sent as text; 7 and 8 are pure embeddings of two tables, 9 and 10 the
+# same tokens (placeholders at 2 to 4) and the same image at offsets 2 and 3, in one block,
+# the other placeholder sent as text; 7 and 8 are pure embeddings of two tables, 9 and 10 the
 # same tokens with positions 2 to 4 embedded from either table.
 IMG_X, IMG_Y, IMG_Z = "img-x", "img-y", "img-z"
 INPUTS = (Inputs(),
@@ -110,8 +149,8 @@ INPUTS = (Inputs(),
           Inputs(images=(Image(IMG_Y, 2, 3),)),
           Inputs(images=(Image(IMG_X, 2, 1), Image(IMG_Y, 3, 1), Image(IMG_Z, 4, 3))),
           Inputs(images=(Image(IMG_Y, 2, 1), Image(IMG_X, 3, 1), Image(IMG_Z, 4, 3))),
-          Inputs(images=(Image(IMG_X, 4, 2),), placeholders=(2, 3, 6)),
-          Inputs(images=(Image(IMG_X, 5, 2),), placeholders=(2, 3, 4)),
+          Inputs(images=(Image(IMG_X, 2, 2),), placeholders=(4,)),
+          Inputs(images=(Image(IMG_X, 3, 2),), placeholders=(2,)),
           Inputs(embeds=Embeds(1)),
           Inputs(embeds=Embeds(2)),
           Inputs(embeds=Embeds(1, (2, 5))),
@@ -133,8 +172,9 @@ class Op:
     under load, as weight updates do it); `again(index, tokens)`: a new request re-sending
     the prompt of an earlier arrival (the `index`-th, modulo their number), whose blocks
     may have been evicted since, admitted at once with a first chunk of up to `tokens`
-    (`again(index, tokens, other)`, `other` odd: under the partner of its inputs, the same
-    token ids with other images or embeddings, to try collisions);
+    (`again(index, tokens, other)`, bit 0 of `other` set: under the partner of its inputs,
+    the same token ids with other images or embeddings; bit 1: under the partner of its
+    salt and adapter; both to try collisions);
     `load(req, tokens, delay)`: admit the `req`-th waiting request (modulo their number,
     in the engine's waiting order)
     with up to `tokens` tokens
@@ -213,7 +253,7 @@ def ops_strategy(shape: WorkloadShape, max_steps: int) -> st.SearchStrategy[list
             return Op("arrive", (a % NUM_SHARED_PREFIXES, b % (max_len // 2 + 1), c % (3 * bs + 1),
                                  (a // NUM_SHARED_PREFIXES) % len(IDENTITIES), inputs))
         if kind < 66:
-            return Op("again", (a, 1 + b % (3 * bs), c % 2))
+            return Op("again", (a, 1 + b % (3 * bs), c % 4))
         if kind < 78:
             return Op("load", (a % 4, 1 + b % max_len, c % 4))
         if kind < 88:
@@ -287,14 +327,19 @@ class Requests:
 
     def again(self, index: int, other: int = 0) -> Request | None:
         """A new request with the prompt of an earlier arrival (its token ids, salt and
-        adapter), with `other` odd under the partner of its inputs (`PARTNERS`: the same
-        token ids, another image or embedding, an image at another offset); None before
-        any."""
+        adapter), with bit 0 of `other` set under the partner of its inputs (`PARTNERS`:
+        the same token ids, another image or embedding, an image at another offset), with
+        bit 1 set under the partner of its salt and adapter (`IDENTITY_PARTNERS`); None
+        before any."""
         if not self.prompts:
             return None
         k = index % len(self.prompts)
         tokens, identity = self.prompts[k]
         inputs = self.inputs_of[k]
+        own = Identity(identity.salt, identity.adapter)
+        if other & 2 and own in IDENTITIES:
+            partner = IDENTITIES[IDENTITY_PARTNERS[IDENTITIES.index(own)]]
+            identity = Identity(partner.salt, partner.adapter, identity.inputs)
         if other % 2 and inputs:
             inputs = PARTNERS[inputs]
             fitted = INPUTS[inputs].fit(len(tokens))
