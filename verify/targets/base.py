@@ -45,6 +45,11 @@ class KnownBug:
         return self.fixed_in is None or release(version) < release(self.fixed_in)
 
 
+def bugs_present(bugs: Mapping[str, KnownBug], version: str) -> dict[str, str]:
+    """The known bugs of `bugs` present in `version`: name -> what."""
+    return {name: bug.what for name, bug in bugs.items() if bug.present_in(version)}
+
+
 def widened_avoidance(present: Iterable[str], avoided: Iterable[str],
                       only: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """The known bugs a target steers clear of once it also steers clear of `only` (None:

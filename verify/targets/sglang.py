@@ -41,6 +41,7 @@ from kvpocket.verify.targets.base import (
     StepStats,
     TargetConfig,
     TargetUnavailable,
+    bugs_present,
     installed_version,
     is_installed,
     widened_avoidance,
@@ -671,6 +672,9 @@ class SglangInstance:
         (its SWA cursor still 0), the floor of a model that is not (0: its whole own part
         is freed). The request's own floor comes back after the release: a retracted
         request is admitted again as the model it is."""
+        if not self.pure:  # the known bugs steered clear of here are all-SWA ones
+            yield
+            return
         kv = self.compat.kv(sreq)
         own = getattr(kv, "swa_evict_floor", None)
         try:
@@ -708,9 +712,7 @@ class SglangInstance:
             floor = int(getattr(kv, "swa_evict_floor", 0) or 0)
             if floor and int(kv.kv_allocated_len) > floor and not self.compat.swa_evicted(sreq):
                 self.stats.hit(RARE_PURE_RETRACT_SHIELDED)
-            with self._steered_floor(sreq, insert=False):
-                self.compat.release_req(sreq, self.r2t, self.alloc, self.tree)
-        else:
+        with self._steered_floor(sreq, insert=False):
             self.compat.release_req(sreq, self.r2t, self.alloc, self.tree)
         req.running, req.computed = False, 0
         self.retracted.add(req.rid)
@@ -725,10 +727,7 @@ class SglangInstance:
         sreq.finished_reason = self.api.batch.FINISH_LENGTH(length=len(sreq.output_ids))
         evicted = self.compat.swa_evicted(sreq)
         window_freed = self.pure and self._window_freed(sreq)
-        if self.pure:
-            with self._steered_floor(sreq, insert=True):
-                self.compat.release(self.tree, sreq)
-        else:
+        with self._steered_floor(sreq, insert=True):
             self.compat.release(self.tree, sreq)
         if window_freed:
             self.stats.hit(RARE_PURE_FINISH_AFTER_WINDOW)
@@ -832,8 +831,7 @@ class SglangTarget:
 
     def present_bugs(self) -> tuple[str, ...]:
         """The known engine bugs present in the installed release (`KNOWN_BUGS`)."""
-        version = sglang_version()
-        return tuple(name for name, bug in KNOWN_BUGS.items() if bug.present_in(version))
+        return tuple(bugs_present(KNOWN_BUGS, sglang_version()))
 
     def avoided(self) -> tuple[str, ...]:
         """The known engine bugs this target steers clear of."""
@@ -841,9 +839,8 @@ class SglangTarget:
 
     def known_bugs(self) -> dict[str, str]:
         """The known engine bugs of the installed release: name -> what."""
-        version = sglang_version()
-        return {name: bug.what for name, bug in KNOWN_BUGS.items()
-                if bug.present_in(version) and (self.only is None or name in self.only)}
+        return {name: what for name, what in bugs_present(KNOWN_BUGS, sglang_version()).items()
+                if self.only is None or name in self.only}
 
     def build(self, cfg: TargetConfig) -> SglangInstance:
         sglang_version()

@@ -32,6 +32,7 @@ from kvpocket.verify.targets.base import (
     StepStats,
     TargetConfig,
     TargetUnavailable,
+    bugs_present,
     installed_version,
     is_installed,
     widened_avoidance,
@@ -1185,8 +1186,7 @@ class VllmTarget:
 
     def present_bugs(self) -> tuple[str, ...]:
         """The known engine bugs present in the installed release (`KNOWN_BUGS`)."""
-        version = vllm_version()
-        return tuple(name for name, bug in KNOWN_BUGS.items() if bug.present_in(version))
+        return tuple(bugs_present(KNOWN_BUGS, vllm_version()))
 
     def avoided(self) -> tuple[str, ...]:
         """The known engine bugs this target steers clear of."""
@@ -1194,9 +1194,8 @@ class VllmTarget:
 
     def known_bugs(self) -> dict[str, str]:
         """The known engine bugs of the installed release: name -> what."""
-        version = vllm_version()
-        return {name: bug.what for name, bug in KNOWN_BUGS.items()
-                if bug.present_in(version) and (self.only is None or name in self.only)}
+        return {name: what for name, what in bugs_present(KNOWN_BUGS, vllm_version()).items()
+                if self.only is None or name in self.only}
 
     def build(self, cfg: TargetConfig) -> VllmInstance:
         vllm_version()
